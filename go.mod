@@ -1,0 +1,3 @@
+module rebound
+
+go 1.26.0
