@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"rebound/internal/demo"
+)
+
+func newDemoCommand() *cobra.Command {
+	var (
+		opts demo.Options
+		out  outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Boot the sandbox and play the seed failure (S1) on the real control plane",
+		Long: `Builds the sandbox control plane if needed (about 5 minutes the first time),
+starts 5 fake nodes in one zone, puts a critical Deployment's pod on node-3, and
+lets nodes 1-4 die. The timeline shows, as it happens, how kube-controller-manager
+puts the zone in PartialDisruption and never moves the pod.
+
+The upstream default timings are used (50 s node grace period, 300 s tolerations),
+so a run takes about 4 minutes; --fast shortens them about fivefold.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			opts.JSON = out.json()
+			opts.Out = cmd.OutOrStdout()
+			opts.Progress = cmd.ErrOrStderr()
+			return demo.Run(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().BoolVar(&opts.Fast, "fast", false, "shortened timings (node grace 12s, tolerations 20s) instead of upstream's defaults")
+	cmd.Flags().DurationVar(&opts.Observe, "observe", 90*time.Second, "how long to watch the stranded pod after its node is NotReady")
+	cmd.Flags().StringVar(&opts.Dir, "dir", "", "sandbox folder (default: a temporary folder, removed afterwards)")
+	cmd.Flags().BoolVar(&opts.Keep, "keep", false, "keep the temporary sandbox folder (logs) after the run")
+	out.register(cmd)
+	return cmd
+}
+
+func contextWithTimeout(cmd *cobra.Command, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), d)
+}

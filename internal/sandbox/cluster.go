@@ -1,0 +1,393 @@
+// Package sandbox runs a real Kubernetes control plane on loopback, with no
+// container engine: etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler built from their upstream Go modules, and kwok standing in
+// for the kubelets of many fake nodes.
+//
+// The controller-manager runs its real node lifecycle controller, so zone
+// disruption and taint-based eviction behave exactly as in a production
+// cluster; only the periods are configurable (see Timings).
+package sandbox
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"rebound/pkg/zone"
+)
+
+//go:embed kwok-stages.yaml
+var kwokStages []byte
+
+// Component names, as used in logs, errors and ExtraArgs.
+const (
+	Etcd              = "etcd"
+	APIServer         = "kube-apiserver"
+	ControllerManager = "kube-controller-manager"
+	Scheduler         = "kube-scheduler"
+	Kwok              = "kwok"
+)
+
+const stateFile = "state.json"
+
+// Cluster is a running sandbox.
+type Cluster struct {
+	// Dir is the sandbox's folder; every component logs to Dir/logs.
+	Dir string
+	// Kubeconfig is an admin (system:masters) kubeconfig.
+	Kubeconfig string
+	// APIServerURL is the apiserver's https URL on loopback.
+	APIServerURL string
+	// NodeNames are the fake nodes, in order.
+	NodeNames []string
+	// ZoneKey is the node lifecycle controller's key of the one zone
+	// every node is in (see zone.ZoneKey).
+	ZoneKey string
+	Timings Timings
+
+	Config *rest.Config
+	Client kubernetes.Interface
+
+	processes []*process // in start order
+}
+
+// state is what `sandbox up` leaves behind for `down` and `status`.
+type state struct {
+	Kubeconfig   string     `json:"kubeconfig"`
+	APIServerURL string     `json:"apiServerURL"`
+	NodeNames    []string   `json:"nodeNames"`
+	ZoneKey      string     `json:"zoneKey"`
+	Timings      Timings    `json:"timings"`
+	Processes    []*process `json:"processes"`
+	Started      time.Time  `json:"started"`
+}
+
+// Start brings up a sandbox and waits until every node is Ready. On error
+// it stops whatever it had started.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := loadState(dir); err == nil && st.anyAlive() {
+		return nil, fmt.Errorf("sandbox: %s already runs a sandbox (apiserver %s); run `rebound sandbox down --dir %s` first", dir, st.APIServerURL, dir)
+	}
+	for _, sub := range []string{"logs", "pki", "etcd"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	c = &Cluster{Dir: dir, Timings: opts.Timings, ZoneKey: zone.ZoneKey(opts.Region, opts.Zone)}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+		}
+	}()
+	progress := func(format string, args ...any) {
+		fmt.Fprintf(opts.Progress, format+"\n", args...)
+	}
+	t0 := time.Now()
+
+	pk, err := newPKI(filepath.Join(dir, "pki"), t0)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: certificates: %w", err)
+	}
+
+	// etcd
+	clientPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	if err := c.run(ctx, opts, Etcd, opts.Binaries.Etcd, []string{
+		"--name=sandbox",
+		"--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + etcdURL,
+		"--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=sandbox=" + peerURL,
+		// A sandbox is thrown away after use: durability buys nothing and
+		// fsync is the slowest part of etcd on a shared disk.
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	}, 30*time.Second, httpProbe(etcdURL+"/health", nil)); err != nil {
+		return nil, err
+	}
+	progress("  etcd ready on %s", etcdURL)
+
+	// kube-apiserver
+	apiPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	tol := strconv.FormatInt(opts.Timings.DefaultTolerationSeconds, 10)
+	issuer := "https://kubernetes.default.svc.cluster.local"
+	adminTLS, err := tlsClient(pk.CACert, pk.client("admin"))
+	if err != nil {
+		return nil, err
+	}
+	if err := c.run(ctx, opts, APIServer, opts.Binaries.APIServer, []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--cert-dir=" + filepath.Join(dir, "pki", "apiserver-generated"),
+		"--tls-cert-file=" + pk.ServingCert,
+		"--tls-private-key-file=" + pk.ServingKey,
+		"--client-ca-file=" + pk.CACert,
+		"--service-account-key-file=" + pk.ServiceAccountPub,
+		"--service-account-signing-key-file=" + pk.ServiceAccountKey,
+		"--service-account-issuer=" + issuer,
+		"--api-audiences=" + issuer,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--authorization-mode=Node,RBAC",
+		// There is no real kubernetes Service endpoint to keep: the
+		// apiserver would otherwise advertise 127.0.0.1 to pods.
+		"--endpoint-reconciler-type=none",
+		"--requestheader-client-ca-file=" + pk.FrontProxyCACert,
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + pk.FrontProxyClientCert,
+		"--proxy-client-key-file=" + pk.FrontProxyClientKey,
+		"--default-not-ready-toleration-seconds=" + tol,
+		"--default-unreachable-toleration-seconds=" + tol,
+		"--allow-privileged=true",
+		"--profiling=false",
+	}, 90*time.Second, httpProbe(c.APIServerURL+"/readyz", adminTLS)); err != nil {
+		return nil, err
+	}
+	progress("  kube-apiserver ready on %s", c.APIServerURL)
+
+	kubeconfigs := map[string]string{}
+	for _, id := range sandboxIdentities {
+		path := filepath.Join(dir, id.file+".kubeconfig")
+		if err := writeKubeconfig(path, c.APIServerURL, pk.CACert, pk.client(id.file)); err != nil {
+			return nil, fmt.Errorf("sandbox: write %s: %w", path, err)
+		}
+		kubeconfigs[id.file] = path
+	}
+	c.Kubeconfig = kubeconfigs["admin"]
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		return nil, err
+	}
+	c.Config.QPS, c.Config.Burst = 100, 200
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return nil, err
+	}
+
+	// kube-controller-manager
+	kcmPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.run(ctx, opts, ControllerManager, opts.Binaries.ControllerManager, []string{
+		"--kubeconfig=" + kubeconfigs["controller-manager"],
+		"--authentication-kubeconfig=" + kubeconfigs["controller-manager"],
+		"--authorization-kubeconfig=" + kubeconfigs["controller-manager"],
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(kcmPort),
+		"--cert-dir=" + filepath.Join(dir, "pki", "controller-manager-generated"),
+		"--leader-elect=false",
+		// Each controller acts as its own service account, with the
+		// bootstrap RBAC roles, as kubeadm sets it up.
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + pk.ServiceAccountKey,
+		"--root-ca-file=" + pk.CACert,
+		"--cluster-signing-cert-file=" + pk.CACert,
+		"--cluster-signing-key-file=" + pk.CAKey,
+		"--allocate-node-cidrs=false",
+		"--node-monitor-grace-period=" + opts.Timings.NodeMonitorGracePeriod.String(),
+		"--node-monitor-period=" + opts.Timings.NodeMonitorPeriod.String(),
+		"--profiling=false",
+	}, 60*time.Second, httpProbe("https://127.0.0.1:"+strconv.Itoa(kcmPort)+"/healthz", insecureTLS())); err != nil {
+		return nil, err
+	}
+	progress("  kube-controller-manager ready (node grace %s, monitor period %s)", opts.Timings.NodeMonitorGracePeriod, opts.Timings.NodeMonitorPeriod)
+
+	// kube-scheduler
+	schedPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.run(ctx, opts, Scheduler, opts.Binaries.Scheduler, []string{
+		"--kubeconfig=" + kubeconfigs["scheduler"],
+		"--authentication-kubeconfig=" + kubeconfigs["scheduler"],
+		"--authorization-kubeconfig=" + kubeconfigs["scheduler"],
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(schedPort),
+		"--leader-elect=false",
+		"--profiling=false",
+	}, 60*time.Second, httpProbe("https://127.0.0.1:"+strconv.Itoa(schedPort)+"/healthz", insecureTLS())); err != nil {
+		return nil, err
+	}
+	progress("  kube-scheduler ready")
+
+	// kwok
+	stagesPath := filepath.Join(dir, "kwok-stages.yaml")
+	if err := os.WriteFile(stagesPath, kwokStages, 0o644); err != nil {
+		return nil, err
+	}
+	kwokPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.run(ctx, opts, Kwok, opts.Binaries.Kwok, []string{
+		"--kubeconfig=" + kubeconfigs["kwok"],
+		"--config=" + stagesPath,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-label-selector=" + HeartbeatLabel + "=" + heartbeatOn,
+		"--node-lease-duration-seconds=" + strconv.Itoa(int(opts.Timings.NodeLeaseDuration/time.Second)),
+		"--server-address=127.0.0.1:" + strconv.Itoa(kwokPort),
+		"--cidr=10.244.0.1/16",
+	}, 30*time.Second, httpProbe("http://127.0.0.1:"+strconv.Itoa(kwokPort)+"/healthz", nil)); err != nil {
+		return nil, err
+	}
+	progress("  kwok ready (node lease %s)", opts.Timings.NodeLeaseDuration)
+
+	if err := c.saveState(t0); err != nil {
+		return nil, err
+	}
+	if err := c.createNodes(ctx, opts); err != nil {
+		return nil, err
+	}
+	progress("  %d nodes Ready in %s", opts.Nodes, time.Since(t0).Round(100*time.Millisecond))
+	return c, c.saveState(t0)
+}
+
+func (c *Cluster) run(ctx context.Context, opts Options, name, bin string, args []string, timeout time.Duration, probe func(context.Context) error) error {
+	args = append(args, opts.ExtraArgs[name]...)
+	p, err := startProcess(name, bin, args, filepath.Join(c.Dir, "logs", name+".log"), opts.Detached)
+	if err != nil {
+		return err
+	}
+	c.processes = append(c.processes, p)
+	return p.waitHealthy(ctx, timeout, probe)
+}
+
+// Stop stops every component, newest first, and waits for each to exit.
+// It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for i := len(c.processes) - 1; i >= 0; i-- {
+		if err := c.processes[i].stop(10 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.processes = nil
+	if len(errs) == 0 {
+		_ = os.Remove(filepath.Join(c.Dir, stateFile))
+	}
+	return errors.Join(errs...)
+}
+
+// LogPath returns the log file of a component.
+func (c *Cluster) LogPath(component string) string {
+	return filepath.Join(c.Dir, "logs", component+".log")
+}
+
+func (c *Cluster) saveState(started time.Time) error {
+	st := state{
+		Kubeconfig:   c.Kubeconfig,
+		APIServerURL: c.APIServerURL,
+		NodeNames:    c.NodeNames,
+		ZoneKey:      c.ZoneKey,
+		Timings:      c.Timings,
+		Processes:    c.processes,
+		Started:      started,
+	}
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(c.Dir, stateFile+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(c.Dir, stateFile))
+}
+
+func loadState(dir string) (*state, error) {
+	data, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return nil, err
+	}
+	var st state
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("sandbox: %s is corrupt: %w", filepath.Join(dir, stateFile), err)
+	}
+	return &st, nil
+}
+
+func (st *state) anyAlive() bool {
+	for _, p := range st.Processes {
+		if pidAlive(p.PID, p.Bin) {
+			return true
+		}
+	}
+	return false
+}
+
+// Attach connects to a sandbox that `rebound sandbox up` left running in
+// dir.
+func Attach(dir string) (*Cluster, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := loadState(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no sandbox in %s: start one with `rebound sandbox up --dir %s`", dir, dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Dir: dir, Kubeconfig: st.Kubeconfig, APIServerURL: st.APIServerURL, NodeNames: st.NodeNames, ZoneKey: st.ZoneKey, Timings: st.Timings, processes: st.Processes}
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		return nil, err
+	}
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ComponentStatus is one process of a sandbox as `sandbox status` shows it.
+type ComponentStatus struct {
+	Name    string `json:"name"`
+	PID     int    `json:"pid"`
+	Running bool   `json:"running"`
+	Log     string `json:"log"`
+}
+
+// Components lists the sandbox's processes and whether each still runs.
+func (c *Cluster) Components() []ComponentStatus {
+	out := make([]ComponentStatus, 0, len(c.processes))
+	for _, p := range c.processes {
+		gone, _ := p.exitedEarly()
+		out = append(out, ComponentStatus{Name: p.Name, PID: p.PID, Running: !gone, Log: p.Log})
+	}
+	return out
+}

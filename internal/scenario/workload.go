@@ -1,0 +1,70 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// Workload names a Deployment a scenario puts on the cluster.
+type Workload struct {
+	Namespace string
+	Name      string
+	// PreferNode is where the scheduler should put its pod first. It is a
+	// preference, not a requirement, so a replacement can go elsewhere.
+	PreferNode string
+	// PriorityClass marks the workload critical, as calico-kube-controllers
+	// and coredns are (system-cluster-critical).
+	PriorityClass string
+}
+
+func (w Workload) String() string { return w.Namespace + "/" + w.Name }
+
+// CriticalStandIn is the stand-in for calico-kube-controllers from the
+// seed report: a single-replica, system-cluster-critical Deployment in
+// kube-system.
+func CriticalStandIn(node string) Workload {
+	return Workload{Namespace: "kube-system", Name: "calico-kube-controllers", PreferNode: node, PriorityClass: "system-cluster-critical"}
+}
+
+// Create creates the Deployment, or leaves an existing one alone.
+func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error {
+	labels := map[string]string{"k8s-app": w.Name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					PriorityClassName: w.PriorityClass,
+					// kwok never pulls images; the name only has to be valid.
+					Containers:                    []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}},
+					TerminationGracePeriodSeconds: ptr.To[int64](30),
+				},
+			},
+		},
+	}
+	if w.PreferNode != "" {
+		d.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+				Weight: 100,
+				Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{w.PreferNode},
+				}}},
+			}},
+		}}
+	}
+	_, err := client.AppsV1().Deployments(w.Namespace).Create(ctx, d, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create Deployment %s: %w", w, err)
+	}
+	return nil
+}
