@@ -1,0 +1,38 @@
+# The README's commands. `make test` is what CI runs.
+GO ?= go
+
+.PHONY: all build deps test unit e2e vet sandbox demo bench clean
+
+all: build
+
+build:
+	$(GO) build -o bin/rebound ./cmd/rebound
+
+vet:
+	@test -z "$$(gofmt -l cmd internal pkg test api 2>/dev/null)" || { gofmt -l cmd internal pkg test api; echo "gofmt wants to reformat the files above"; exit 1; }
+	$(GO) vet ./...
+
+# Tests need BIRD (Debian's bird, and bird2 unpacked beside it).
+deps:
+	@command -v bird >/dev/null 2>&1 && test -x /opt/rebound/bird2/usr/sbin/bird || bash hack/install-bird.sh
+
+sandbox:
+	$(GO) run ./cmd/rebound sandbox build
+
+unit:
+	$(GO) test -count=1 ./cmd/... ./internal/... ./pkg/...
+
+e2e: sandbox
+	$(GO) test -count=1 -timeout 40m -v ./test/e2e
+
+test: deps vet sandbox
+	$(GO) test -count=1 -timeout 40m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+demo:
+	$(GO) run ./cmd/rebound demo
+
+clean:
+	rm -rf bin

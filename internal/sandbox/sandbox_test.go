@@ -1,0 +1,167 @@
+package sandbox
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTimingsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*Timings)
+		wantErr string
+	}{
+		{"defaults", func(*Timings) {}, ""},
+		{"zero monitor period", func(t *Timings) { t.NodeMonitorPeriod = 0 }, "--node-monitor-period"},
+		{"lease too short", func(t *Timings) { t.NodeLeaseDuration = time.Second }, "lease duration"},
+		{"grace below a renewal", func(t *Timings) { t.NodeMonitorGracePeriod = 10 * time.Second; t.NodeLeaseDuration = 40 * time.Second }, "grace period"},
+		{"negative toleration", func(t *Timings) { t.DefaultTolerationSeconds = -1 }, "toleration"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, base := range []Timings{DefaultTimings(), FastTimings()} {
+				tm := base
+				tc.mutate(&tm)
+				err := tm.Validate()
+				if tc.wantErr == "" {
+					if err != nil {
+						t.Fatalf("Validate() = %v, want nil", err)
+					}
+					continue
+				}
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Validate() = %v, want an error mentioning %q", err, tc.wantErr)
+				}
+			}
+		})
+	}
+}
+
+func TestZoneTransitionsFromLog(t *testing.T) {
+	dir := t.TempDir()
+	c := &Cluster{Dir: dir}
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Lines as kube-controller-manager v1.37 writes them (klog text format).
+	log := `I1129 15:30:01.100000   4242 node_lifecycle_controller.go:1133] "Controller detected that zone is now in new state" zone="sandbox:\x00:zone-a" newState="Normal"
+I1129 15:30:02.000000   4242 other.go:1] "unrelated" zone="x"
+I1129 15:31:07.300000   4242 node_lifecycle_controller.go:1133] "Controller detected that zone is now in new state" zone="sandbox:\x00:zone-a" newState="PartialDisruption"
+I1129 15:31:08.300000   4242 node_lifecycle_controller.go:1133] "Controller detected that zone is now in new state" zone="" newState="FullDisruption"
+`
+	if err := os.WriteFile(c.LogPath(ControllerManager), []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ZoneTransitions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ZoneTransition{
+		{Zone: "sandbox:\x00:zone-a", State: "Normal"},
+		{Zone: "sandbox:\x00:zone-a", State: "PartialDisruption"},
+		{Zone: "", State: "FullDisruption"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d transitions %q, want %q", len(got), got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("transition %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+	if st, _ := c.ZoneState("sandbox:\x00:zone-a"); st != "PartialDisruption" {
+		t.Errorf("ZoneState = %q, want the last one, PartialDisruption", st)
+	}
+}
+
+func TestTailFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "x.log")
+	var b strings.Builder
+	for i := range 100 {
+		b.WriteString(strings.Repeat("x", i%7) + "line\n")
+	}
+	b.WriteString("the cause\n")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := tailFile(p, 3)
+	if lines := strings.Split(got, "\n"); len(lines) != 3 || lines[2] != "the cause" {
+		t.Errorf("tailFile = %q, want 3 lines ending with the cause", got)
+	}
+	if tailFile(filepath.Join(t.TempDir(), "missing"), 3) != "" {
+		t.Error("tailFile of a missing file should be empty")
+	}
+}
+
+func TestPKIIdentities(t *testing.T) {
+	p, err := newPKI(t.TempDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := readCert(t, p.CACert)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	for _, id := range sandboxIdentities {
+		cert := readCert(t, p.client(id.file).Cert)
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("%s: client certificate does not verify against the CA: %v", id.file, err)
+		}
+		if cert.Subject.CommonName != id.user || strings.Join(cert.Subject.Organization, ",") != strings.Join(id.groups, ",") {
+			t.Errorf("%s: subject %v, want CN=%s O=%v", id.file, cert.Subject, id.user, id.groups)
+		}
+	}
+	serving := readCert(t, p.ServingCert)
+	if _, err := serving.Verify(x509.VerifyOptions{Roots: pool, DNSName: "127.0.0.1"}); err != nil {
+		t.Errorf("serving certificate not valid for 127.0.0.1: %v", err)
+	}
+	if st, err := os.Stat(p.ServiceAccountKey); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("service-account key mode = %v (err %v), want 0600", st.Mode(), err)
+	}
+}
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("%s: no PEM block", path)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+func TestEnsureBinariesErrors(t *testing.T) {
+	t.Run("prebuilt folder lacking binaries", func(t *testing.T) {
+		t.Setenv(BinDirEnv, t.TempDir())
+		_, err := EnsureBinaries(t.Context(), BuildOptions{})
+		if err == nil || !strings.Contains(err.Error(), "kube-apiserver") || !strings.Contains(err.Error(), BinDirEnv) {
+			t.Fatalf("err = %v, want one naming the missing binaries and %s", err, BinDirEnv)
+		}
+	})
+	t.Run("not the sandbox module", func(t *testing.T) {
+		t.Setenv(BinDirEnv, "")
+		_, err := EnsureBinaries(t.Context(), BuildOptions{SourceDir: t.TempDir()})
+		if err == nil || !strings.Contains(err.Error(), "not the rebound sandbox module") {
+			t.Fatalf("err = %v, want a clear 'not the sandbox module' error", err)
+		}
+	})
+	t.Run("found above the working directory", func(t *testing.T) {
+		dir, err := findSourceDir("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !isSandboxModule(dir) {
+			t.Fatalf("findSourceDir = %s, not the sandbox module", dir)
+		}
+	})
+}

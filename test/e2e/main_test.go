@@ -1,0 +1,73 @@
+// Package e2e plays the design's scenarios against a real control plane
+// (the sandbox) and, for BGP, real BIRD daemons. Each test is named after
+// its scenario id so it can run alone: go test ./test/e2e -run TestS1.
+//
+// Measured figures are printed as "METRIC <name>=<value> <unit>" lines.
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"rebound/internal/sandbox"
+)
+
+var binaries sandbox.Binaries
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	var err error
+	binaries, err = sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Progress: os.Stderr})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: cannot get the sandbox binaries:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// startSandbox starts a sandbox for one test and stops it when the test
+// ends. On failure it prints where the component logs are; they stay in
+// the test's temporary folder until the run ends.
+func startSandbox(t *testing.T, nodes int, timings sandbox.Timings) *sandbox.Cluster {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	c, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: binaries, Nodes: nodes, Timings: timings})
+	if err != nil {
+		t.Fatalf("start sandbox: %v", err)
+	}
+	metric(t, "sandbox_start_"+fmt.Sprint(nodes)+"_nodes", time.Since(t0).Seconds(), "s")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("component logs: %s/logs", c.Dir)
+			var ce *sandbox.ComponentError
+			if errors.As(err, &ce) {
+				t.Log(ce.LogTail)
+			}
+		}
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop sandbox: %v", err)
+		}
+	})
+	return c
+}
+
+// metric prints a measured figure in the form tools collect.
+func metric(t *testing.T, name string, value float64, unit string) {
+	t.Helper()
+	fmt.Printf("METRIC %s=%.1f %s\n", name, value, unit)
+}
+
+func testContext(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
