@@ -190,9 +190,9 @@ func (st sandboxStatus) text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Sandbox %s\napiserver %s\nexport KUBECONFIG=%s\n\n", st.Dir, st.APIServerURL, st.Kubeconfig)
 	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "COMPONENT\tPID\tRUNNING\tLOG")
+	fmt.Fprintln(w, "COMPONENT\tPID\tRUNNING\tRSS\tPEAK RSS\tLOG")
 	for _, c := range st.Components {
-		fmt.Fprintf(w, "%s\t%d\t%v\t%s\n", c.Name, c.PID, c.Running, c.Log)
+		fmt.Fprintf(w, "%s\t%d\t%v\t%.0f MiB\t%.0f MiB\t%s\n", c.Name, c.PID, c.Running, c.RSSMiB, c.PeakRSSMiB, c.Log)
 	}
 	w.Flush()
 	b.WriteString("\n")

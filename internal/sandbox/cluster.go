@@ -74,7 +74,7 @@ type state struct {
 
 // Start brings up a sandbox and waits until every node is Ready. On error
 // it stops whatever it had started.
-func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	opts.setDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -91,9 +91,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 	}
-	c = &Cluster{Dir: dir, Timings: opts.Timings, ZoneKey: zone.ZoneKey(opts.Region, opts.Zone)}
+	c := &Cluster{Dir: dir, Timings: opts.Timings, ZoneKey: zone.ZoneKey(opts.Region, opts.Zone)}
+	started := false
 	defer func() {
-		if err != nil {
+		if !started {
 			_ = c.Stop()
 		}
 	}()
@@ -274,7 +275,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	progress("  %d nodes Ready in %s", opts.Nodes, time.Since(t0).Round(100*time.Millisecond))
-	return c, c.saveState(t0)
+	if err := c.saveState(t0); err != nil {
+		return nil, err
+	}
+	started = true
+	return c, nil
 }
 
 func (c *Cluster) run(ctx context.Context, opts Options, name, bin string, args []string, timeout time.Duration, probe func(context.Context) error) error {
@@ -380,6 +385,9 @@ type ComponentStatus struct {
 	PID     int    `json:"pid"`
 	Running bool   `json:"running"`
 	Log     string `json:"log"`
+	// RSSMiB and PeakRSSMiB are the resident memory now and at its peak.
+	RSSMiB     float64 `json:"rssMiB"`
+	PeakRSSMiB float64 `json:"peakRssMiB"`
 }
 
 // Components lists the sandbox's processes and whether each still runs.
@@ -387,7 +395,12 @@ func (c *Cluster) Components() []ComponentStatus {
 	out := make([]ComponentStatus, 0, len(c.processes))
 	for _, p := range c.processes {
 		gone, _ := p.exitedEarly()
-		out = append(out, ComponentStatus{Name: p.Name, PID: p.PID, Running: !gone, Log: p.Log})
+		st := ComponentStatus{Name: p.Name, PID: p.PID, Running: !gone, Log: p.Log}
+		if !gone {
+			rss, peak := memoryKiB(p.PID)
+			st.RSSMiB, st.PeakRSSMiB = float64(rss)/1024, float64(peak)/1024
+		}
+		out = append(out, st)
 	}
 	return out
 }

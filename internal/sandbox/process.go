@@ -247,3 +247,26 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// memoryKiB reads a process's resident set and its peak (VmRSS, VmHWM) from
+// /proc, in KiB. Zero values mean the process is gone.
+func memoryKiB(pid int) (rss, peak int64) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		key, val, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(val), " kB"), 10, 64)
+		switch key {
+		case "VmRSS":
+			rss = n
+		case "VmHWM":
+			peak = n
+		}
+	}
+	return rss, peak
+}

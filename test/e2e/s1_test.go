@@ -76,6 +76,11 @@ func TestS1WithoutReboundPodStaysOnDeadNode(t *testing.T) {
 	if !noSchedule || noExecute {
 		t.Errorf("node-3 taints = %v, want unreachable:NoSchedule only", node3.Spec.Taints)
 	}
+	var peak float64
+	for _, comp := range c.Components() {
+		peak += comp.PeakRSSMiB
+	}
+	metric(t, "sandbox_5_nodes_peak_rss_sum", peak, "MiB")
 	metric(t, "s1_without_rebound_partial_disruption_after_first_stop", res.PartialDisruptionAt.Seconds(), "s")
 	metric(t, "s1_without_rebound_available_replicas_after_observe", float64(res.Final.Available), "replicas")
 	metric(t, "s1_without_rebound_observed_stranded", observe.Seconds(), "s")
@@ -122,10 +127,24 @@ func TestS1RaceAllNodesDieAtOnce(t *testing.T) {
 // testWriter is where a test prints its timeline: stdout with -v, nowhere
 // otherwise. (Not t.Log: the observer may add a last event after the test
 // has returned.)
+// Each line carries the test's name, since scenario tests run in parallel.
 func testWriter(t *testing.T) io.Writer {
 	t.Helper()
 	if testing.Verbose() {
-		return os.Stdout
+		return prefixWriter{prefix: t.Name() + " ", w: os.Stdout}
 	}
 	return nil
+}
+
+// prefixWriter prefixes every write, which is one timeline line.
+type prefixWriter struct {
+	prefix string
+	w      io.Writer
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, p.prefix+string(b)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
