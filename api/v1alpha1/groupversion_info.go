@@ -1,0 +1,25 @@
+// Package v1alpha1 holds rebound's API: the RecoveryPolicy.
+// +kubebuilder:object:generate=true
+// +groupName=rebound.dev
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupVersion is the API group and version of rebound's resources.
+var GroupVersion = schema.GroupVersion{Group: "rebound.dev", Version: "v1alpha1"}
+
+var (
+	schemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+	// AddToScheme adds rebound's types to a scheme.
+	AddToScheme = schemeBuilder.AddToScheme
+)
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &RecoveryPolicy{}, &RecoveryPolicyList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
