@@ -1,0 +1,326 @@
+package rescue
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"rebound/api/v1alpha1"
+)
+
+// ActionKind is one API change the controller makes.
+type ActionKind string
+
+const (
+	// ActionDelete deletes the pod gracefully (the pod's own grace period)
+	// with a UID precondition, so that its ReplicaSet replaces it. A second
+	// plan sees the deletionTimestamp and does not delete again.
+	ActionDelete ActionKind = "Delete"
+	// ActionForceDelete deletes the pod with grace period 0 and a UID
+	// precondition: the API object goes at once, so its StatefulSet (or
+	// ReplicaSet) recreates it elsewhere. Only on a fenced node.
+	ActionForceDelete ActionKind = "ForceDelete"
+	// ActionScaleDown is the first half of a scale bounce: in ONE update of
+	// the Deployment (with the plan's resourceVersion as precondition), set
+	// the annotation ScaleBounceAnnotation to Replicas and spec.replicas to
+	// 0. Doing both at once is what makes the bounce crash-safe: the
+	// annotation is the memory of the replica count.
+	ActionScaleDown ActionKind = "ScaleDown"
+	// ActionScaleRestore is the second half: set spec.replicas to Replicas
+	// and remove the annotation, in one update. It is planned whenever a
+	// Deployment has the annotation and 0 replicas, so a controller that
+	// crashed between the halves finishes the bounce after its restart.
+	ActionScaleRestore ActionKind = "ScaleRestore"
+)
+
+// ScaleBounceAnnotation holds, on a Deployment scaled down by rebound, the
+// replica count to restore.
+const ScaleBounceAnnotation = "rebound.dev/scale-bounce-replicas"
+
+// Action is one change to apply. Namespace/Name/Kind identify it: applying
+// the same plan twice finds the change already made (preconditions fail or
+// the next plan no longer lists it).
+type Action struct {
+	Kind ActionKind
+	// Policy is the RecoveryPolicy the action is taken under ("" for a
+	// ScaleRestore no valid policy selects: it is finished regardless).
+	Policy string
+	// Namespace and Name are the object changed: the pod for deletes, the
+	// Deployment for scale actions.
+	Namespace, Name string
+	// UID is the object's UID, a precondition: never act on a newer
+	// object of the same name.
+	UID types.UID
+	// ResourceVersion is, for scale actions, the Deployment's version the
+	// plan read: update with it so that a concurrent change wins.
+	ResourceVersion string
+	// Pod is the stranded pod the action is for (same namespace); empty
+	// for ScaleRestore. Node is its node.
+	Pod, Node string
+	// Replicas is the count to save (ScaleDown) or restore (ScaleRestore).
+	Replicas int32
+	// DryRun: the policy is in dry run; log the action, change nothing.
+	DryRun bool
+	// Reason names the rule, fit for an Event and a log line.
+	Reason string
+}
+
+// Key identifies the action: "Kind namespace/name".
+func (a *Action) Key() string { return string(a.Kind) + " " + a.Namespace + "/" + a.Name }
+
+// PodRef is "namespace/pod", the form to store in
+// status.lastActions[].pod: the planner reads it back to avoid a second
+// scale bounce for the same pod.
+func (a *Action) PodRef() string {
+	if a.Pod == "" {
+		return ""
+	}
+	return a.Namespace + "/" + a.Pod
+}
+
+// planRestores plans the second half of every scale bounce found in the
+// snapshot. Restores are never rate-limited, suspended or dry-run: they put
+// back what rebound itself took away, and a Deployment left at 0 replicas is
+// the worst outcome of all.
+func (p *planner) planRestores() {
+	for _, d := range p.snap.Deployments {
+		if d == nil {
+			continue
+		}
+		v, ok := d.Annotations[ScaleBounceAnnotation]
+		if !ok {
+			continue
+		}
+		name := d.Namespace + "/" + d.Name
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 0 {
+			p.warnings = append(p.warnings, fmt.Sprintf(
+				"Deployment %s: annotation %s=%q is not a replica count; set spec.replicas by hand and remove the annotation",
+				name, ScaleBounceAnnotation, v))
+			continue
+		}
+		if r := desiredReplicas(d.Spec.Replicas); r != 0 {
+			// Someone scaled it since the scale-down. Their count wins; the
+			// stale annotation only blocks further bounces.
+			p.warnings = append(p.warnings, fmt.Sprintf(
+				"Deployment %s carries %s=%s but has %d replicas (changed since rebound scaled it down): remove the annotation to allow another scale bounce",
+				name, ScaleBounceAnnotation, v, r))
+			continue
+		}
+		// Name the policy that selects the Deployment's pods, for Events
+		// and status; the pod template stands in for pods that may all be
+		// gone by now.
+		policy := ""
+		templatePod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Labels: d.Spec.Template.Labels},
+			Spec:       corev1.PodSpec{PriorityClassName: d.Spec.Template.Spec.PriorityClassName},
+		}
+		for _, r := range p.rules {
+			if r.selects(templatePod, p.snap.Namespaces) {
+				policy = r.name
+				break
+			}
+		}
+		p.actions = append(p.actions, Action{
+			Kind:            ActionScaleRestore,
+			Policy:          policy,
+			Namespace:       d.Namespace,
+			Name:            d.Name,
+			UID:             d.UID,
+			ResourceVersion: d.ResourceVersion,
+			Replicas:        int32(n),
+			Reason: fmt.Sprintf("scale bounce, second half: Deployment %s has 0 replicas and %s=%d: restore %d replicas and remove the annotation",
+				d.Name, ScaleBounceAnnotation, n, n),
+		})
+	}
+}
+
+// candidate is an action a stranded pod calls for, before the limits.
+type candidate struct {
+	// pod indexes planner.critical.
+	pod  int
+	rule *policyRule
+	act  Action
+	// startsRescue: the action begins a new rescue and so needs a
+	// maxConcurrent slot. A scale bounce of an already deleted pod
+	// continues one.
+	startsRescue bool
+}
+
+// decideStranded decides about the stranded pod planner.critical[i]
+// according to its workload's safety rule.
+func (p *planner) decideStranded(i int, pod *corev1.Pod, node *nodeState, rule *policyRule, o owners) {
+	cp := &p.critical[i]
+	switch cp.Workload.Class {
+	case ClassStateless:
+		p.decideStateless(i, pod, rule, o)
+	case ClassStateful:
+		p.decideStateful(i, pod, node, rule)
+	case ClassJob:
+		p.report(cp, DecisionReportOnly, "owned by Job %s: the Job controller replaces lost pods itself; report only", cp.Workload.Name)
+	case ClassNoController:
+		p.report(cp, DecisionReportOnly, "no controller owner: nothing would recreate the pod if rebound deleted it; report only")
+	case ClassUnsupported:
+		p.report(cp, DecisionReportOnly, "owned by %s %s: rebound rescues only ReplicaSet/Deployment and StatefulSet pods; report only",
+			cp.Workload.Kind, cp.Workload.Name)
+	case ClassOwnerNotFound:
+		p.report(cp, DecisionReportOnly, "%s: rebound cannot verify a replacement, so it starts none; report only", cp.Workload.Why)
+	}
+}
+
+// report sets a decision without action.
+func (p *planner) report(cp *CriticalPod, d Decision, format string, args ...any) {
+	cp.Decision = d
+	cp.Reason = fmt.Sprintf(format, args...)
+}
+
+// decideStateless applies the rule for ReplicaSet/Deployment pods: delete,
+// wait for the replacement, scale-bounce if it does not come.
+func (p *planner) decideStateless(i int, pod *corev1.Pod, rule *policyRule, o owners) {
+	cp := &p.critical[i]
+	d := o.deployment
+	var staleBounce string
+	if d != nil {
+		if v, ok := d.Annotations[ScaleBounceAnnotation]; ok {
+			if desiredReplicas(d.Spec.Replicas) == 0 {
+				// planRestores handles the Deployment; deleting pods now
+				// would only race the bounce.
+				p.report(cp, DecisionInFlight, "scale bounce of Deployment %s under way (annotation %s=%s); no other action until it is restored",
+					d.Name, ScaleBounceAnnotation, v)
+				return
+			}
+			// Someone rescaled the Deployment after rebound's scale-down:
+			// never scale it down again while the annotation is there.
+			staleBounce = fmt.Sprintf("Deployment %s carries %s=%s from an earlier scale bounce but has %d replicas; remove the annotation to allow another scale bounce",
+				d.Name, ScaleBounceAnnotation, v, desiredReplicas(d.Spec.Replicas))
+		}
+	}
+
+	if !cp.Terminating {
+		switch {
+		case rule.allowDelete:
+			p.propose(i, rule, true, Action{Kind: ActionDelete, Name: pod.Name, UID: pod.UID},
+				"stranded %s pod: delete it so that ReplicaSet %s creates a replacement on a Ready node",
+				cp.Workload, o.replicaSet.Name)
+		case rule.allowBounce && d != nil && staleBounce != "":
+			p.report(cp, DecisionReportOnly, "stranded %s pod and DeleteAndReplace is not among the policy's actions; %s", cp.Workload, staleBounce)
+		case rule.allowBounce && d != nil:
+			p.proposeScaleDown(i, rule, true, o,
+				"stranded %s pod and DeleteAndReplace is not among the policy's actions: scale bounce", cp.Workload)
+		default:
+			// Only reachable with actions [ScaleBounce] and a ReplicaSet
+			// that no Deployment owns.
+			p.report(cp, DecisionReportOnly, "stranded %s pod: DeleteAndReplace is not among the policy's actions and ScaleBounce needs a Deployment; report only",
+				cp.Workload)
+		}
+		return
+	}
+
+	// Already deleted, by rebound or anyone: never delete again, check the
+	// replacement through the owner's status, not through pod presence.
+	requested := deletionRequestedAt(pod)
+	ok, avail := o.available()
+	if ok {
+		p.report(cp, DecisionReplaced, "deleted at %s and %s: rescue complete (the old pod stays Terminating until its node returns or is removed)",
+			formatTime(requested), avail)
+		return
+	}
+	waiting := fmt.Sprintf("deleted at %s, waiting for the replacement: %s", formatTime(requested), avail)
+	bounceAt := requested.Add(p.defaults.ReplacementTimeout)
+	switch {
+	case d == nil:
+		p.report(cp, DecisionInFlight, "%s; no Deployment to scale bounce", waiting)
+	case !rule.allowBounce:
+		p.report(cp, DecisionInFlight, "%s; ScaleBounce is not among the policy's actions", waiting)
+	case p.now.Before(bounceAt):
+		p.report(cp, DecisionInFlight, "%s; scale bounce at %s (replacement timeout %s) if still short",
+			waiting, formatTime(bounceAt), p.defaults.ReplacementTimeout)
+		p.wake(bounceAt)
+	case staleBounce != "":
+		p.report(cp, DecisionReportOnly, "%s; %s", waiting, staleBounce)
+	default:
+		if at, done := rule.lastScaleBounce(cp.Key()); done {
+			// A bounce that did not bring the replacement will not do
+			// better the second time; stop rather than churn.
+			p.report(cp, DecisionReportOnly, "%s; a scale bounce for this pod was already done at %s (status.lastActions): not repeated; look at why the replacement is not available",
+				waiting, formatTime(at))
+			return
+		}
+		p.proposeScaleDown(i, rule, false, o, "%s for longer than the replacement timeout %s: scale bounce", waiting, p.defaults.ReplacementTimeout)
+	}
+}
+
+// proposeScaleDown proposes the first half of a scale bounce of the pod's
+// Deployment.
+func (p *planner) proposeScaleDown(i int, rule *policyRule, starts bool, o owners, format string, args ...any) {
+	d := o.deployment
+	want := desiredReplicas(d.Spec.Replicas)
+	p.propose(i, rule, starts, Action{
+		Kind:            ActionScaleDown,
+		Name:            d.Name,
+		UID:             d.UID,
+		ResourceVersion: d.ResourceVersion,
+		Replicas:        want,
+	}, "%s Deployment %s: %d replicas to 0 now (annotation %s=%d), back to %d on the next plan; this restarts every replica",
+		fmt.Sprintf(format, args...), d.Name, want, ScaleBounceAnnotation, want, want)
+}
+
+// decideStateful applies the rule for pods with identity or exclusive
+// storage: two copies must never run, so the pod moves only off a node
+// someone confirmed off (fenced).
+func (p *planner) decideStateful(i int, pod *corev1.Pod, node *nodeState, rule *policyRule) {
+	cp := &p.critical[i]
+	what := "StatefulSet pod"
+	if cp.Workload.Kind != "StatefulSet" {
+		what = fmt.Sprintf("%s pod with exclusive storage (%s)", cp.Workload, cp.Workload.Why)
+	}
+	switch {
+	case rule.fencing == v1alpha1.Never:
+		p.report(cp, DecisionReportOnly, "%s: the policy's fencing mode is Never; rebound reports only", what)
+	case !node.fenced:
+		p.report(cp, DecisionWaitingForFencing, "%s: waiting for fencing; add the %s taint once the node is confirmed off",
+			what, corev1.TaintNodeOutOfService)
+	case forceDeleteIssued(pod):
+		p.report(cp, DecisionInFlight, "%s: force delete already issued (grace period 0); the pod's finalizers hold it", what)
+	default:
+		p.propose(i, rule, true, Action{Kind: ActionForceDelete, Name: pod.Name, UID: pod.UID},
+			"%s on fenced node %s (taint %s): force delete (grace period 0) so that %s recreates it on a Ready node",
+			what, node.node.Name, corev1.TaintNodeOutOfService, cp.Workload)
+	}
+}
+
+// propose turns an action into a candidate for the limits, or into a
+// Suspended decision. The reason gets the stranding summary so that an
+// Event on its own tells the whole story.
+func (p *planner) propose(i int, rule *policyRule, starts bool, a Action, format string, args ...any) {
+	cp := &p.critical[i]
+	reason := fmt.Sprintf(format, args...) + "; " + strandedSummary(cp, rule.maxUnavailable, p.now)
+	if rule.suspended {
+		p.report(cp, DecisionSuspended, "policy %s is suspended, so no action; it would: %s", rule.name, reason)
+		return
+	}
+	a.Policy, a.Namespace, a.Pod, a.Node, a.Reason = rule.name, cp.Namespace, cp.Name, cp.Node, reason
+	cp.Reason = reason
+	p.candidates = append(p.candidates, candidate{pod: i, rule: rule, act: a, startsRescue: starts})
+}
+
+// deletionRequestedAt is when the pod's deletion was asked for: the
+// deletionTimestamp is that moment plus the grace period.
+func deletionRequestedAt(pod *corev1.Pod) time.Time {
+	t := pod.DeletionTimestamp.Time
+	if g := pod.DeletionGracePeriodSeconds; g != nil && *g > 0 {
+		t = t.Add(-time.Duration(*g) * time.Second)
+	}
+	return t
+}
+
+// forceDeleteIssued: the pod was deleted with grace period 0 but still
+// exists, which only finalizers cause.
+func forceDeleteIssued(pod *corev1.Pod) bool {
+	g := pod.DeletionGracePeriodSeconds
+	return pod.DeletionTimestamp != nil && g != nil && *g == 0
+}

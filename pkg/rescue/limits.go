@@ -1,0 +1,203 @@
+package rescue
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"rebound/api/v1alpha1"
+)
+
+// Limits, per policy, so that a mass failure never becomes an action storm:
+//
+//   - maxConcurrent bounds the rescues in flight. A rescue is in flight
+//     while a critical pod on a NotReady node is terminating and its
+//     ReplicaSet/Deployment is not fully available yet, or while a pod
+//     force-deleted off a fenced node is held by finalizers. The count is
+//     read from the cluster, not remembered, so it survives a restart.
+//     A stateful pod waiting for fencing is not in flight: nothing was done
+//     to it that could complete, and counting it would let stuck
+//     StatefulSets block every stateless rescue.
+//   - maxActionsPerMinute bounds the actions within any minute, counted
+//     from status.lastActions (real actions only, not dry-run ones) plus
+//     this plan's. status keeps only the last 10 records: when all 10 lie
+//     within the minute, older actions of that minute may have been
+//     dropped, so the planner assumes the limit is reached until the oldest
+//     record leaves the window. A limit above 10 per minute therefore acts
+//     as 10 per minute across plans; without this, each plan could add
+//     another maxActionsPerMinute-10 actions, without bound.
+//
+// Candidates are served earliest deadline first (then namespace, name), so
+// the pod stranded longest goes first and the order never depends on the
+// input's order.
+
+// countsInFlight reports whether a critical pod on a NotReady node is a
+// rescue in flight.
+func countsInFlight(pod *corev1.Pod, w Workload, o owners) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	switch w.Class {
+	case ClassStateless:
+		ok, _ := o.available()
+		return !ok
+	case ClassStateful:
+		return forceDeleteIssued(pod)
+	default:
+		return false
+	}
+}
+
+// applyLimits admits candidates in priority order until a policy's limits
+// are used up; the rest become RateLimited. Two candidates with the same
+// action (two pods of one Deployment asking for its scale bounce) become one
+// action, and the second pod follows the first one's outcome.
+func (p *planner) applyLimits() {
+	slices.SortFunc(p.candidates, func(a, b candidate) int {
+		ca, cb := &p.critical[a.pod], &p.critical[b.pod]
+		return cmp.Or(
+			strings.Compare(a.rule.name, b.rule.name),
+			ca.Deadline.Compare(cb.Deadline),
+			strings.Compare(ca.Namespace, cb.Namespace),
+			strings.Compare(ca.Name, cb.Name),
+		)
+	})
+
+	type budget struct {
+		window   []time.Time // action times within the last minute, oldest first
+		inFlight int
+		// historyFull: status.lastActions is full of records within the
+		// minute; full until the oldest leaves the window.
+		historyFull bool
+		fullUntil   time.Time
+	}
+	budgets := make(map[*policyRule]*budget)
+	leaders := make(map[string]int) // action key -> candidate that carries it
+
+	for ci := range p.candidates {
+		c := &p.candidates[ci]
+		cp := &p.critical[c.pod]
+		b := budgets[c.rule]
+		if b == nil {
+			b = &budget{window: c.rule.recentActions(p.now), inFlight: c.rule.report.InFlight}
+			b.fullUntil, b.historyFull = c.rule.historyFull(p.now)
+			budgets[c.rule] = b
+		}
+
+		key := c.act.Key()
+		if li, dup := leaders[key]; dup {
+			leader := &p.critical[p.candidates[li].pod]
+			if leader.Decision == DecisionAct {
+				p.report(cp, DecisionInFlight, "%s is planned for pod %s: %s", key, leader.Name, c.act.Reason)
+			} else {
+				p.report(cp, leader.Decision, "%s is planned for pod %s, which is %s: %s", key, leader.Name, leader.Decision, leader.Reason)
+			}
+			c.rule.report.RateLimited += b2i(cp.Decision == DecisionRateLimited)
+			continue
+		}
+		leaders[key] = ci
+
+		switch {
+		case c.startsRescue && b.inFlight >= c.rule.maxConcurrent:
+			// Only new input (a replacement becoming available) frees a
+			// slot, so no NextCheck.
+			p.report(cp, DecisionRateLimited, "maxConcurrent %d reached (%d rescues in flight); waiting for one to complete before: %s",
+				c.rule.maxConcurrent, b.inFlight, c.act.Reason)
+			c.rule.report.RateLimited++
+		case len(b.window) >= c.rule.maxPerMinute:
+			free := b.window[len(b.window)-c.rule.maxPerMinute].Add(time.Minute)
+			p.report(cp, DecisionRateLimited, "maxActionsPerMinute %d reached; next slot at %s, then: %s",
+				c.rule.maxPerMinute, formatTime(free), c.act.Reason)
+			c.rule.report.RateLimited++
+			p.wake(free)
+		case b.historyFull:
+			p.report(cp, DecisionRateLimited, "status.lastActions holds only its last %d records, all within the last minute, so older actions may count towards maxActionsPerMinute %d; next slot at %s, then: %s",
+				lastActionsCapacity, c.rule.maxPerMinute, formatTime(b.fullUntil), c.act.Reason)
+			c.rule.report.RateLimited++
+			p.wake(b.fullUntil)
+		default:
+			// Kept sorted: a record from a skewed clock may lie ahead of now.
+			b.window = append(b.window, p.now)
+			slices.SortFunc(b.window, func(x, y time.Time) int { return x.Compare(y) })
+			if c.startsRescue {
+				b.inFlight++
+			}
+			c.act.DryRun = c.rule.dryRun
+			cp.Decision, cp.Action = DecisionAct, c.act.Kind
+			if c.act.DryRun {
+				cp.Reason = "dry run: " + cp.Reason
+			}
+			c.rule.report.Actions++
+			p.actions = append(p.actions, c.act)
+		}
+	}
+	for _, r := range p.rules {
+		r.report.ActionsLastMinute = len(r.recentActions(p.now))
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// recentActions returns the times of the policy's real (not dry-run)
+// actions within the minute before now, oldest first. They come from
+// status.lastActions, so the rate limit survives a controller restart.
+func (r *policyRule) recentActions(now time.Time) []time.Time {
+	var times []time.Time
+	for _, a := range r.policy.Status.LastActions {
+		if a.DryRun {
+			continue
+		}
+		if now.Sub(a.Time.Time) < time.Minute {
+			times = append(times, a.Time.Time)
+		}
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	return times
+}
+
+// lastActionsCapacity is the API's maxItems for status.lastActions.
+const lastActionsCapacity = 10
+
+// historyFull reports whether status.lastActions is at capacity with every
+// record within the minute before now, and when its oldest record leaves
+// that minute.
+func (r *policyRule) historyFull(now time.Time) (until time.Time, full bool) {
+	records := r.policy.Status.LastActions
+	if len(records) < lastActionsCapacity {
+		return time.Time{}, false
+	}
+	oldest := records[0].Time.Time
+	for _, a := range records[1:] {
+		if a.Time.Time.Before(oldest) {
+			oldest = a.Time.Time
+		}
+	}
+	if now.Sub(oldest) >= time.Minute {
+		return time.Time{}, false
+	}
+	return oldest.Add(time.Minute), true
+}
+
+// lastScaleBounce returns when the policy last recorded a real scale bounce
+// for the pod (namespace/name), if status.lastActions still holds it.
+func (r *policyRule) lastScaleBounce(podKey string) (time.Time, bool) {
+	var last time.Time
+	found := false
+	for _, a := range r.policy.Status.LastActions {
+		if a.DryRun || a.Action != v1alpha1.ScaleBounce || a.Pod != podKey {
+			continue
+		}
+		if !found || a.Time.After(last) {
+			last, found = a.Time.Time, true
+		}
+	}
+	return last, found
+}

@@ -1,0 +1,358 @@
+// Package rescue is the decision core of rebound's recovery controller: from
+// a Snapshot of the cluster it finds the critical pods stranded on NotReady
+// nodes (those upstream eviction will not move within their policy's
+// maxUnavailableTime) and plans what to do about each, with a reason.
+//
+// It is a pure function: no client, no logger, no clock (the time is
+// Snapshot.Now). The controller gathers a snapshot, calls PlanFor, applies
+// Plan.Actions and requeues at Plan.NextCheck. Because every action is
+// derived from the cluster's state (a terminating pod is a delete already
+// done, the scale-bounce annotation is a scale-down already done,
+// status.lastActions holds the rate-limit window), a restarted controller
+// recomputes the same plan and repeats nothing that took effect.
+//
+// Decision table (the reason strings name the rule):
+//
+//	situation                                          decision           action
+//	DaemonSet pod, mirror (static) pod                 Skip               none, ever
+//	NotReady < maxUnavailableTime, upstream too late   NotYet             none; NextCheck at the deadline
+//	upstream evicts by the deadline                    LeftToUpstream     none
+//	stranded ReplicaSet/Deployment pod                 Act                Delete (graceful, UID precondition)
+//	  terminating, owner short, < replacement timeout  InFlight           none; NextCheck at the timeout
+//	  terminating, owner short, >= timeout             Act                ScaleDown (if ScaleBounce allowed)
+//	  ... and a bounce for it already recorded         ReportOnly         none (never bounced twice)
+//	  terminating, owner fully available               Replaced           none
+//	  its Deployment at 0 with the annotation          InFlight           none for the pod
+//	Deployment at 0 replicas with the annotation       (any pod)          ScaleRestore, never limited
+//	stranded StatefulSet pod, or RWO/RWOP volume:
+//	  node not fenced                                  WaitingForFencing  none
+//	  node fenced (out-of-service), mode taint         Act                ForceDelete (grace 0, UID precondition)
+//	  fencing mode Never                               ReportOnly         none
+//	stranded Job / bare / other-owner pod              ReportOnly         none
+//	stranded, policy suspended                         Suspended          none
+//	beyond maxConcurrent or maxActionsPerMinute        RateLimited        none; NextCheck when a rate slot frees
+//	policy dryRun                                      Act                listed with DryRun=true
+package rescue
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"rebound/pkg/zone"
+)
+
+// Decision is what the plan does about one critical pod on a NotReady node.
+type Decision string
+
+const (
+	// DecisionSkip: a DaemonSet or mirror pod. Listed so that `diagnose`
+	// can say why it is not moved, never counted as stranded.
+	DecisionSkip Decision = "Skip"
+	// DecisionNotYet: the node has not been NotReady for the policy's
+	// maxUnavailableTime yet, and upstream will not evict the pod by then.
+	DecisionNotYet Decision = "NotYet"
+	// DecisionLeftToUpstream: upstream eviction moves the pod by the
+	// deadline; rebound stays out of its way.
+	DecisionLeftToUpstream Decision = "LeftToUpstream"
+	// DecisionAct: an action for this pod is in Plan.Actions.
+	DecisionAct Decision = "Act"
+	// DecisionInFlight: the pod was already acted on (it is terminating, or
+	// a scale bounce of its Deployment is under way); no new action.
+	DecisionInFlight Decision = "InFlight"
+	// DecisionReplaced: the pod is terminating and its owner has all its
+	// replicas available again: the rescue is complete.
+	DecisionReplaced Decision = "Replaced"
+	// DecisionWaitingForFencing: a pod with identity or exclusive storage on
+	// a node nobody confirmed off.
+	DecisionWaitingForFencing Decision = "WaitingForFencing"
+	// DecisionReportOnly: stranded, but no rule lets rebound act.
+	DecisionReportOnly Decision = "ReportOnly"
+	// DecisionSuspended: stranded and actionable, but the policy is
+	// suspended.
+	DecisionSuspended Decision = "Suspended"
+	// DecisionRateLimited: actionable, but the policy's maxConcurrent or
+	// maxActionsPerMinute is used up.
+	DecisionRateLimited Decision = "RateLimited"
+)
+
+// CriticalPod is one critical pod bound to a NotReady node, with the
+// decision about it.
+type CriticalPod struct {
+	Namespace, Name string
+	UID             types.UID
+	Node            string
+	// Zone is the node's zone key (zone.DisplayZone prints it).
+	Zone string
+	// Policy is the RecoveryPolicy that makes the pod critical; PolicyNote
+	// says how it was chosen when several select the pod.
+	Policy, PolicyNote string
+	Workload           Workload
+	// NotReadySince is when the node's Ready condition stopped being True;
+	// Deadline is NotReadySince + the policy's maxUnavailableTime.
+	NotReadySince, Deadline time.Time
+	// Terminating is true when the pod has a deletionTimestamp.
+	Terminating bool
+	// UpstreamEviction is when kube-controller-manager evicts the pod on
+	// its own (zero: never, or moot for a terminating pod);
+	// UpstreamEstimated says it comes from the zone's tainting rate rather
+	// than a taint on the node; UpstreamReason explains it.
+	UpstreamEviction  time.Time
+	UpstreamEstimated bool
+	UpstreamReason    string
+	// Stranded: NotReady for at least maxUnavailableTime and upstream will
+	// not evict the pod by the deadline.
+	Stranded bool
+	Decision Decision
+	// Action is the kind of the action planned for this pod now, if any.
+	Action ActionKind
+	// Reason says which rule decided, in words fit for an Event.
+	Reason string
+}
+
+// Key returns "namespace/name".
+func (c *CriticalPod) Key() string { return c.Namespace + "/" + c.Name }
+
+// PolicyReport sums up one RecoveryPolicy in the plan; the controller writes
+// it to the policy's status.
+type PolicyReport struct {
+	Name string
+	// Valid is false when the policy cannot be used; Error says which
+	// fields are wrong. An invalid policy selects no pod.
+	Valid bool
+	Error string
+	// Suspended and DryRun echo the spec.
+	Suspended, DryRun bool
+	// Critical counts the pods it governs on NotReady nodes (all
+	// decisions); Stranded those stranded and not yet replaced;
+	// WaitingForFencing, Actions and RateLimited those decisions.
+	Critical, Stranded, WaitingForFencing, Actions, RateLimited int
+	// InFlight counts rescues under way (see limits.go), before this
+	// plan's actions.
+	InFlight int
+	// ActionsLastMinute counts real actions in status.lastActions within
+	// the minute before Now.
+	ActionsLastMinute int
+}
+
+// Plan is the outcome of PlanFor.
+type Plan struct {
+	// Zones is the zone model's view (pkg/zone), to pass back as
+	// Snapshot.PreviousZones next time.
+	Zones zone.Cluster
+	// Policies reports every policy, sorted by name.
+	Policies []PolicyReport
+	// Critical lists every critical pod on a NotReady node with its
+	// decision, sorted by namespace and name. Pods no valid policy selects
+	// are not listed. DaemonSet and mirror pods are listed, with
+	// DecisionSkip, so that `diagnose` can say why they stay; they never
+	// count as stranded.
+	Critical []CriticalPod
+	// Actions are what to do now, within the limits, sorted by namespace,
+	// name and kind.
+	Actions []Action
+	// Warnings are problems outside any policy (bad zone config, a
+	// scale-bounce annotation rebound cannot use), sorted.
+	Warnings []string
+	// NextCheck is the earliest time the plan may change without new
+	// input; zero when only new input can change it.
+	NextCheck time.Time
+}
+
+// planner holds one PlanFor call's working state.
+type planner struct {
+	snap       *Snapshot
+	now        time.Time
+	defaults   Defaults
+	idx        snapshotIndex
+	zones      zone.Cluster
+	rules      []*policyRule
+	critical   []CriticalPod
+	candidates []candidate
+	actions    []Action
+	warnings   []string
+	nextCheck  time.Time
+}
+
+// PlanFor decides, from a snapshot, which critical pods are stranded and
+// what to do about them. It reads nothing but s and returns the same Plan
+// for the same snapshot.
+func PlanFor(s Snapshot) Plan {
+	p := &planner{snap: &s, now: s.Now, defaults: s.Defaults.withDefaults()}
+
+	cfg := s.ZoneConfig
+	if cfg == (zone.Config{}) {
+		cfg = zone.DefaultConfig()
+	}
+	if err := cfg.Validate(); err != nil {
+		p.warnings = append(p.warnings, "zone config: "+err.Error())
+	}
+	infos, notReady := indexNodes(s.Nodes)
+	p.zones = zone.Advance(s.PreviousZones, infos, cfg)
+	p.rules = compilePolicies(s.Policies)
+
+	// Only critical pods on NotReady nodes matter: one map lookup rules out
+	// most pods (140,000 of the benchmark's 150,000), the policies most of
+	// the rest.
+	var found []examined
+	if len(notReady) > 0 {
+		for _, pod := range s.Pods {
+			if pod == nil {
+				continue
+			}
+			node := notReady[pod.Spec.NodeName]
+			if node == nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			if rule, note := choosePolicy(p.rules, pod, s.Namespaces); rule != nil {
+				found = append(found, examined{pod: pod, node: node, rule: rule, note: note})
+			}
+		}
+	}
+	p.idx = indexOwners(&s, found)
+	p.idx.notReady = notReady
+	for _, e := range found {
+		p.examine(e)
+	}
+	p.applyLimits()
+	p.planRestores()
+	return p.result()
+}
+
+// wake records a time at which the plan changes by itself.
+func (p *planner) wake(t time.Time) {
+	if !t.After(p.now) {
+		return
+	}
+	if p.nextCheck.IsZero() || t.Before(p.nextCheck) {
+		p.nextCheck = t
+	}
+}
+
+// result sorts everything so that equal snapshots give equal plans.
+func (p *planner) result() Plan {
+	slices.SortFunc(p.critical, func(a, b CriticalPod) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	slices.SortFunc(p.actions, func(a, b Action) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name),
+			strings.Compare(string(a.Kind), string(b.Kind)))
+	})
+	slices.Sort(p.warnings)
+	reports := make([]PolicyReport, len(p.rules))
+	for i, r := range p.rules {
+		reports[i] = r.report
+		reports[i].Name, reports[i].Valid = r.name, r.err == nil
+		if r.err != nil {
+			reports[i].Error = r.err.Error()
+		}
+		reports[i].Suspended, reports[i].DryRun = r.suspended, r.dryRun
+	}
+	return Plan{
+		Zones:     p.zones,
+		Policies:  reports,
+		Critical:  p.critical,
+		Actions:   p.actions,
+		Warnings:  p.warnings,
+		NextCheck: p.nextCheck,
+	}
+}
+
+// examine lists a critical pod on a NotReady node and decides about it.
+func (p *planner) examine(e examined) {
+	pod, node, rule := e.pod, e.node, e.rule
+	w, o := classify(pod, &p.idx)
+	cp := CriticalPod{
+		Namespace:     pod.Namespace,
+		Name:          pod.Name,
+		UID:           pod.UID,
+		Node:          node.node.Name,
+		Zone:          node.zone,
+		Policy:        rule.name,
+		PolicyNote:    e.note,
+		Workload:      w,
+		NotReadySince: node.since,
+		Deadline:      node.since.Add(rule.maxUnavailable),
+		Terminating:   pod.DeletionTimestamp != nil,
+	}
+	rule.report.Critical++
+
+	if w.Class == ClassDaemonSet || w.Class == ClassMirror {
+		// Never touched, whatever the timing: not even an ETA to compute.
+		cp.Decision = DecisionSkip
+		cp.Reason = skipReason(w)
+		p.critical = append(p.critical, cp)
+		return
+	}
+	if countsInFlight(pod, w, o) {
+		rule.report.InFlight++
+	}
+
+	if cp.Terminating {
+		// Whoever deleted it, upstream has nothing left to do, and on a
+		// NotReady node the kubelet never confirms the deletion.
+		cp.UpstreamReason = fmt.Sprintf("already deleted (deletion requested at %s); a NotReady node's kubelet never completes it",
+			formatTime(deletionRequestedAt(pod)))
+	} else {
+		ev := evictionFor(pod, node, &p.zones, p.now)
+		cp.UpstreamEviction, cp.UpstreamEstimated, cp.UpstreamReason = ev.at, ev.estimated, ev.reason
+	}
+
+	upstreamInTime := !cp.Terminating && !cp.UpstreamEviction.IsZero() && !cp.UpstreamEviction.After(cp.Deadline)
+	switch {
+	case upstreamInTime:
+		cp.Decision = DecisionLeftToUpstream
+		cp.Reason = fmt.Sprintf("upstream eviction at %s comes by the deadline %s (NotReady since %s + maxUnavailableTime %s): left to upstream",
+			formatTime(cp.UpstreamEviction), formatTime(cp.Deadline), formatTime(cp.NotReadySince), rule.maxUnavailable)
+		if cp.UpstreamEstimated {
+			// An estimate is counted from now and slips if the taint does
+			// not come; check again at the deadline.
+			p.wake(cp.Deadline)
+		}
+	case p.now.Before(cp.Deadline):
+		cp.Decision = DecisionNotYet
+		cp.Reason = fmt.Sprintf("node %s NotReady for %s of maxUnavailableTime %s: stranded at %s if still NotReady",
+			cp.Node, p.now.Sub(cp.NotReadySince).Round(time.Second), rule.maxUnavailable, formatTime(cp.Deadline))
+		p.wake(cp.Deadline)
+	default:
+		cp.Stranded = true
+		p.critical = append(p.critical, cp)
+		p.decideStranded(len(p.critical)-1, pod, node, rule, o)
+		switch p.critical[len(p.critical)-1].Decision {
+		case DecisionReplaced:
+		case DecisionWaitingForFencing:
+			rule.report.WaitingForFencing++
+			rule.report.Stranded++
+		default:
+			rule.report.Stranded++
+		}
+		return
+	}
+	p.critical = append(p.critical, cp)
+}
+
+// skipReason explains why DaemonSet and mirror pods are never touched.
+func skipReason(w Workload) string {
+	if w.Class == ClassMirror {
+		return "mirror pod of a static pod: never touched; the node's kubelet owns it and it returns with the node"
+	}
+	return fmt.Sprintf("DaemonSet pod (DaemonSet %s): never touched; it belongs to its node and the DaemonSet controller owns its placement", w.Name)
+}
+
+// strandedSummary is the common tail of a stranded pod's reasons.
+func strandedSummary(cp *CriticalPod, maxUnavailable time.Duration, now time.Time) string {
+	upstream := "never"
+	if !cp.UpstreamEviction.IsZero() {
+		upstream = formatTime(cp.UpstreamEviction)
+	}
+	if cp.Terminating {
+		upstream = "moot (already deleted)"
+	}
+	return fmt.Sprintf("node %s NotReady for %s >= maxUnavailableTime %s, upstream eviction %s",
+		cp.Node, now.Sub(cp.NotReadySince).Round(time.Second), maxUnavailable, upstream)
+}

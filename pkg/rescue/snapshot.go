@@ -1,0 +1,389 @@
+package rescue
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rebound/api/v1alpha1"
+	"rebound/pkg/zone"
+)
+
+// Snapshot is everything PlanFor reads: the cluster as the controller's
+// informers see it at Now. PlanFor never modifies it.
+type Snapshot struct {
+	// Now is the time of the snapshot. PlanFor never reads the clock, so a
+	// test (or `rebound diagnose --at`) can replay any moment.
+	Now time.Time
+	// Nodes are all the cluster's nodes: the zone model needs the Ready
+	// ones too.
+	Nodes []*corev1.Node
+	// Pods are all pods. Only pods bound to NotReady nodes are examined.
+	Pods []*corev1.Pod
+	// Namespaces maps a namespace name to its labels, for namespace
+	// selectors. A namespace missing here has no labels.
+	Namespaces map[string]map[string]string
+	// ReplicaSets and Deployments resolve the owner chain of stateless pods
+	// and say whether a replacement is available.
+	ReplicaSets []*appsv1.ReplicaSet
+	Deployments []*appsv1.Deployment
+	// PVCs say whether a pod's volume is exclusive (ReadWriteOnce or
+	// ReadWriteOncePod), which makes the pod stateful.
+	PVCs []*corev1.PersistentVolumeClaim
+	// Policies are all RecoveryPolicies, with their status: the rate limit
+	// is counted from status.lastActions so that it survives a restart.
+	Policies []*v1alpha1.RecoveryPolicy
+	// ZoneConfig is kube-controller-manager's node lifecycle flags as rebound
+	// knows them. The zero value stands for kube-controller-manager's
+	// defaults (zone.DefaultConfig), because a zero config would mean "no
+	// eviction ever" and silently change every ETA.
+	ZoneConfig zone.Config
+	// PreviousZones is the Zones of the previous plan, if any. Upstream only
+	// changes a zone's rate when the zone changes state (zone.Advance), so
+	// carrying the previous result over makes the ETAs closer to what
+	// kube-controller-manager does. The zero value evaluates from scratch.
+	PreviousZones zone.Cluster
+	// Defaults are rebound's own knobs; zero fields take their default.
+	Defaults Defaults
+}
+
+// Defaults are rebound's settings that no RecoveryPolicy carries.
+type Defaults struct {
+	// ReplacementTimeout is how long a deleted (terminating) stateless pod
+	// may wait for its Deployment to be fully available again before
+	// rebound falls back to a scale bounce. Zero means
+	// DefaultReplacementTimeout.
+	ReplacementTimeout time.Duration
+}
+
+// DefaultReplacementTimeout is Defaults.ReplacementTimeout when unset.
+const DefaultReplacementTimeout = 60 * time.Second
+
+func (d Defaults) withDefaults() Defaults {
+	if d.ReplacementTimeout <= 0 {
+		d.ReplacementTimeout = DefaultReplacementTimeout
+	}
+	return d
+}
+
+// objKey names a namespaced object without building a "ns/name" string, so
+// that map lookups in the hot loop do not allocate.
+type objKey struct{ namespace, name string }
+
+// nodeState is what the planner knows about one NotReady node.
+type nodeState struct {
+	node *corev1.Node
+	// zone is the zone key (zone.ZoneKeyFromLabels).
+	zone string
+	// readyStatus is the Ready condition's status: False, Unknown, or ""
+	// when the node has no Ready condition. It picks the taint upstream
+	// will add: not-ready for False, unreachable otherwise.
+	readyStatus corev1.ConditionStatus
+	// since is when the node stopped being Ready: the Ready condition's
+	// lastTransitionTime, or the node's creation time without one.
+	since time.Time
+	// evictionTaints are the node's NoExecute taints
+	// node.kubernetes.io/unreachable and node.kubernetes.io/not-ready.
+	evictionTaints []*corev1.Taint
+	// fenced is true when the node carries node.kubernetes.io/out-of-service
+	// (any effect): someone confirmed the node is off.
+	fenced bool
+	// ahead counts the untainted NotReady nodes of the same zone that
+	// upstream's taint queue serves before this one (see queuePositions).
+	ahead int
+}
+
+// snapshotIndex holds the maps PlanFor builds once so that every lookup in
+// the pod loop is O(1): the benchmark has 150,000 pods.
+type snapshotIndex struct {
+	notReady    map[string]*nodeState
+	replicaSets map[objKey]*appsv1.ReplicaSet
+	deployments map[objKey]*appsv1.Deployment
+	pvcs        map[objKey]*corev1.PersistentVolumeClaim
+}
+
+// indexNodes returns the zone model's view of every node and the state of
+// each NotReady node, keyed by name.
+func indexNodes(nodes []*corev1.Node) ([]zone.NodeInfo, map[string]*nodeState) {
+	infos := make([]zone.NodeInfo, 0, len(nodes))
+	notReady := make(map[string]*nodeState)
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		ready, status, since := readyCondition(n)
+		info := zone.NodeFromLabels(n.Name, n.Labels, ready)
+		infos = append(infos, info)
+		if ready {
+			continue
+		}
+		ns := &nodeState{node: n, zone: info.Zone, readyStatus: status, since: since}
+		for i := range n.Spec.Taints {
+			t := &n.Spec.Taints[i]
+			switch {
+			case t.Key == corev1.TaintNodeOutOfService:
+				ns.fenced = true
+			case t.Effect == corev1.TaintEffectNoExecute &&
+				(t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady):
+				ns.evictionTaints = append(ns.evictionTaints, t)
+			}
+		}
+		notReady[n.Name] = ns
+	}
+	queuePositions(notReady)
+	return infos, notReady
+}
+
+// readyCondition reads a node's Ready condition. A node is NotReady when
+// its Ready condition is not True, including when it has none.
+func readyCondition(n *corev1.Node) (ready bool, status corev1.ConditionStatus, since time.Time) {
+	for i := range n.Status.Conditions {
+		c := &n.Status.Conditions[i]
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		since = c.LastTransitionTime.Time
+		if since.IsZero() {
+			since = n.CreationTimestamp.Time
+		}
+		return c.Status == corev1.ConditionTrue, c.Status, since
+	}
+	return false, "", n.CreationTimestamp.Time
+}
+
+// queuePositions sets nodeState.ahead. Upstream keeps one taint queue per
+// zone, ordered by when the controller first saw each node NotReady; a node
+// already tainted has had its turn. The model orders the untainted NotReady
+// nodes of each zone by NotReady time, then name (for determinism).
+func queuePositions(notReady map[string]*nodeState) {
+	byZone := make(map[string][]*nodeState)
+	for _, ns := range notReady {
+		if len(ns.evictionTaints) == 0 {
+			byZone[ns.zone] = append(byZone[ns.zone], ns)
+		}
+	}
+	for _, queue := range byZone {
+		slices.SortFunc(queue, func(a, b *nodeState) int {
+			return cmp.Or(a.since.Compare(b.since), strings.Compare(a.node.Name, b.node.Name))
+		})
+		for i, ns := range queue {
+			ns.ahead = i
+		}
+	}
+}
+
+// examined is a pod on a NotReady node that a policy makes critical.
+type examined struct {
+	pod  *corev1.Pod
+	node *nodeState
+	rule *policyRule
+	// note says how the policy was chosen when several select the pod.
+	note string
+}
+
+// indexOwners builds the owner and volume maps, keeping only the objects the
+// examined pods refer to. Looking up a few hundred keys while scanning the
+// lists costs far less than hashing every ReplicaSet of the cluster (with
+// revisionHistoryLimit there are several per Deployment) into a map.
+func indexOwners(s *Snapshot, pods []examined) snapshotIndex {
+	wantRS := make(map[objKey]struct{})
+	wantPVC := make(map[objKey]struct{})
+	for _, e := range pods {
+		if ref := metav1.GetControllerOfNoCopy(e.pod); ref != nil && ref.Kind == "ReplicaSet" {
+			wantRS[objKey{e.pod.Namespace, ref.Name}] = struct{}{}
+		}
+		for i := range e.pod.Spec.Volumes {
+			if claim := claimName(e.pod, &e.pod.Spec.Volumes[i]); claim != "" {
+				wantPVC[objKey{e.pod.Namespace, claim}] = struct{}{}
+			}
+		}
+	}
+
+	idx := snapshotIndex{
+		replicaSets: make(map[objKey]*appsv1.ReplicaSet, len(wantRS)),
+		deployments: make(map[objKey]*appsv1.Deployment),
+		pvcs:        make(map[objKey]*corev1.PersistentVolumeClaim, len(wantPVC)),
+	}
+	wantDeployment := make(map[objKey]struct{})
+	for _, rs := range s.ReplicaSets {
+		if rs == nil {
+			continue
+		}
+		k := objKey{rs.Namespace, rs.Name}
+		if _, ok := wantRS[k]; !ok {
+			continue
+		}
+		idx.replicaSets[k] = rs
+		if ref := metav1.GetControllerOfNoCopy(rs); ref != nil && ref.Kind == "Deployment" {
+			wantDeployment[objKey{rs.Namespace, ref.Name}] = struct{}{}
+		}
+	}
+	for _, d := range s.Deployments {
+		if d == nil {
+			continue
+		}
+		if k := (objKey{d.Namespace, d.Name}); hasKey(wantDeployment, k) {
+			idx.deployments[k] = d
+		}
+	}
+	for _, pvc := range s.PVCs {
+		if pvc == nil {
+			continue
+		}
+		if k := (objKey{pvc.Namespace, pvc.Name}); hasKey(wantPVC, k) {
+			idx.pvcs[k] = pvc
+		}
+	}
+	return idx
+}
+
+func hasKey(m map[objKey]struct{}, k objKey) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// claimName is the PVC a volume uses: its claimName, or for a generic
+// ephemeral volume the claim the ephemeral volume controller creates,
+// <pod>-<volume>. "" for other volumes.
+func claimName(pod *corev1.Pod, v *corev1.Volume) string {
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		return v.PersistentVolumeClaim.ClaimName
+	case v.Ephemeral != nil:
+		return pod.Name + "-" + v.Name
+	default:
+		return ""
+	}
+}
+
+// replicaSetFor returns the ReplicaSet a controller reference points to, or
+// nil when the snapshot has no object of that name and UID (deleted, or
+// recreated under the same name).
+func (idx *snapshotIndex) replicaSetFor(namespace string, ref *metav1.OwnerReference) *appsv1.ReplicaSet {
+	rs := idx.replicaSets[objKey{namespace, ref.Name}]
+	if rs == nil || (ref.UID != "" && rs.UID != ref.UID) {
+		return nil
+	}
+	return rs
+}
+
+// deploymentFor is replicaSetFor for Deployments.
+func (idx *snapshotIndex) deploymentFor(namespace string, ref *metav1.OwnerReference) *appsv1.Deployment {
+	d := idx.deployments[objKey{namespace, ref.Name}]
+	if d == nil || (ref.UID != "" && d.UID != ref.UID) {
+		return nil
+	}
+	return d
+}
+
+// desiredReplicas reads spec.replicas, which the API server defaults to 1.
+func desiredReplicas(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}
+
+// policyRule is a RecoveryPolicy prepared once per plan: defaulted,
+// validated and its selector compiled with api/v1alpha1's own helpers, so
+// that the planner and `rebound policy validate` agree on what is valid. An
+// invalid policy keeps err and selects no pod: a policy that cannot be read
+// must fail closed, never match all.
+type policyRule struct {
+	name   string
+	policy *v1alpha1.RecoveryPolicy
+	err    error
+
+	suspended      bool
+	dryRun         bool
+	maxUnavailable time.Duration
+	allowDelete    bool
+	allowBounce    bool
+	fencing        v1alpha1.FencingMode
+	maxPerMinute   int
+	maxConcurrent  int
+	selector       *v1alpha1.CompiledCriticalSelector
+
+	// report accumulates this plan's counts for the policy.
+	report PolicyReport
+}
+
+// compilePolicies compiles every policy, sorted by name so that "the first
+// matching policy" is the same on every run.
+func compilePolicies(policies []*v1alpha1.RecoveryPolicy) []*policyRule {
+	rules := make([]*policyRule, 0, len(policies))
+	for _, p := range policies {
+		if p != nil {
+			rules = append(rules, compilePolicy(p))
+		}
+	}
+	slices.SortFunc(rules, func(a, b *policyRule) int { return strings.Compare(a.name, b.name) })
+	return rules
+}
+
+// compilePolicy applies the API's defaults to a copy of the spec (a policy
+// built in Go, in a test or a CLI, was never defaulted by an API server) and
+// validates the policy as the API server would, every error naming its
+// field.
+func compilePolicy(p *v1alpha1.RecoveryPolicy) *policyRule {
+	spec := p.Spec.DeepCopy()
+	spec.Default()
+	r := &policyRule{
+		name:           p.Name,
+		policy:         p,
+		suspended:      spec.Suspend,
+		dryRun:         spec.DryRun,
+		maxUnavailable: spec.EffectiveMaxUnavailableTime(),
+		allowDelete:    slices.Contains(spec.Actions, v1alpha1.DeleteAndReplace),
+		allowBounce:    slices.Contains(spec.Actions, v1alpha1.ScaleBounce),
+		fencing:        spec.Fencing.Mode,
+		maxPerMinute:   int(spec.Limits.MaxActionsPerMinute),
+		maxConcurrent:  int(spec.Limits.MaxConcurrent),
+	}
+	if errs := p.Validate(); len(errs) > 0 {
+		r.err = errs.ToAggregate()
+		return r
+	}
+	r.selector, r.err = spec.Critical.Compile()
+	return r
+}
+
+// selects reports whether the policy makes the pod critical: every selector
+// that is set must match. Invalid policies select nothing.
+func (r *policyRule) selects(pod *corev1.Pod, namespaces map[string]map[string]string) bool {
+	return r.err == nil && r.selector.Matches(pod, namespaces[pod.Namespace])
+}
+
+// choosePolicy returns the policy that governs a pod, or nil when no valid
+// policy selects it. Active policies win over suspended ones; among equals
+// the first by name wins, and note says so when there was a choice.
+func choosePolicy(rules []*policyRule, pod *corev1.Pod, namespaces map[string]map[string]string) (chosen *policyRule, note string) {
+	var matched []string
+	var firstSuspended *policyRule
+	for _, r := range rules {
+		if !r.selects(pod, namespaces) {
+			continue
+		}
+		matched = append(matched, r.name)
+		switch {
+		case !r.suspended && (chosen == nil || chosen.suspended):
+			chosen = r
+		case r.suspended && firstSuspended == nil:
+			firstSuspended = r
+		}
+	}
+	if chosen == nil {
+		chosen = firstSuspended
+	}
+	if len(matched) > 1 {
+		note = fmt.Sprintf("selected by policies %s; %s applies (active before suspended, then first by name)",
+			strings.Join(matched, ", "), chosen.name)
+	}
+	return chosen, note
+}
