@@ -1,0 +1,153 @@
+package bird
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"net/netip"
+	"slices"
+	"text/template"
+)
+
+// Names of the objects the rendered configuration defines. They carry a
+// rebound_ prefix so that an include never collides with Calico's own
+// bgp_template or filters.
+const (
+	meshTemplateName   = "rebound_mesh"
+	exportFilterName   = "rebound_export"
+	kernelFilterName   = "rebound_kernel"
+	staticProtocolName = "rebound_static"
+)
+
+//go:embed templates/*.tmpl
+var templateFS embed.FS
+
+// templates holds every template, parsed once: they are constants of the
+// program, so a parse error is a bug that the golden tests catch.
+var templates = template.Must(template.New("bird").
+	Option("missingkey=error").
+	Funcs(template.FuncMap{
+		"protocolName":       protocolName,
+		"passive":            passive,
+		"filterClause":       filterClause,
+		"meshTemplateName":   func() string { return meshTemplateName },
+		"exportFilterName":   func() string { return exportFilterName },
+		"kernelFilterName":   func() string { return kernelFilterName },
+		"staticProtocolName": func() string { return staticProtocolName },
+	}).
+	ParseFS(templateFS, "templates/*.tmpl"))
+
+// meshView is the validated, defaulted, sorted data of a mesh template.
+type meshView struct {
+	NodeName            string
+	Address             netip.Addr
+	AS                  uint32
+	GracefulRestartWait int
+	ListenPort          uint16
+	ImportFilter        string
+	ExportFilter        string
+	Peers               []peerView
+}
+
+// peerView is one rendered peer: defaults resolved, the local node removed.
+type peerView struct {
+	Name                string
+	Address             netip.Addr
+	Port                uint16 // 0: BIRD's default, 179
+	AS                  uint32
+	GracefulRestartTime int
+}
+
+type standaloneView struct {
+	Mesh     meshView
+	RouterID netip.Addr
+	Routes   []netip.Prefix
+	Kernel   *KernelConfig
+}
+
+// RenderMesh renders the node's mesh as a BIRD include file: the global
+// `graceful restart wait`, the optional listen address, a bgp template and
+// one protocol per peer. The local node is skipped; peers come out sorted
+// by address so the same peer set always renders the same bytes.
+func RenderMesh(c MeshConfig) ([]byte, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return execute(meshTemplateFile(c.Version), newMeshView(c))
+}
+
+// RenderStandalone renders a complete configuration for one test node: the
+// mesh plus router id, logging to stderr, a device protocol, the static
+// routes to announce and an optional kernel protocol.
+func RenderStandalone(c StandaloneConfig) ([]byte, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	mesh := c.Mesh
+	mesh.ImportFilter, mesh.ExportFilter = "all", exportFilterName
+	v := standaloneView{
+		Mesh:     newMeshView(mesh),
+		RouterID: c.RouterID,
+		Routes:   slices.Clone(c.Routes),
+		Kernel:   c.Kernel,
+	}
+	if !v.RouterID.IsValid() {
+		v.RouterID = c.Mesh.Address
+	}
+	slices.SortFunc(v.Routes, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return execute(standaloneTemplateFile(c.Mesh.Version), v)
+}
+
+func meshTemplateFile(v Version) string {
+	if v == Bird2 {
+		return "mesh_bird2.conf.tmpl"
+	}
+	return "mesh_bird16.conf.tmpl"
+}
+
+func standaloneTemplateFile(v Version) string {
+	if v == Bird2 {
+		return "standalone_bird2.conf.tmpl"
+	}
+	return "standalone_bird16.conf.tmpl"
+}
+
+// newMeshView resolves defaults and drops the local node. c must be valid.
+func newMeshView(c MeshConfig) meshView {
+	c = c.withDefaults()
+	v := meshView{
+		NodeName:            c.NodeName,
+		Address:             c.Address,
+		AS:                  c.AS,
+		GracefulRestartWait: c.GracefulRestartWait,
+		ListenPort:          c.ListenPort,
+		ImportFilter:        c.ImportFilter,
+		ExportFilter:        c.ExportFilter,
+	}
+	for _, p := range c.Peers {
+		if c.skips(p) {
+			continue
+		}
+		pv := peerView{Name: p.Name, Address: p.Address, Port: p.Port, AS: p.AS, GracefulRestartTime: p.GracefulRestartTime}
+		if pv.AS == 0 {
+			pv.AS = c.AS
+		}
+		if pv.GracefulRestartTime == 0 {
+			pv.GracefulRestartTime = c.GracefulRestartTime
+		}
+		if pv.Port == DefaultBGPPort {
+			pv.Port = 0
+		}
+		v.Peers = append(v.Peers, pv)
+	}
+	slices.SortFunc(v.Peers, func(a, b peerView) int { return a.Address.Compare(b.Address) })
+	return v
+}
+
+func execute(name string, data any) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := templates.ExecuteTemplate(&buf, name, data); err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
+	return buf.Bytes(), nil
+}

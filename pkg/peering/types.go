@@ -1,0 +1,228 @@
+package peering
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// LabelKeepInMesh is the per-node opt-out: a node labelled
+// peering.rebound.dev/keep-in-mesh=true is never pruned, because it may be
+// NotReady in the API while still forwarding (seed 003: "a node could be
+// NotReady in the API but potentially still functional").
+const LabelKeepInMesh = "peering.rebound.dev/keep-in-mesh"
+
+// Defaults applied by Config.WithDefaults to zero fields.
+const (
+	// DefaultPruneGracePeriod is how long a node must stay NotReady before it
+	// is left out of the mesh. 40 s is the kubelet's default
+	// node-monitor-grace-period: a node NotReady for less has often only
+	// missed a status update.
+	DefaultPruneGracePeriod = 40 * time.Second
+	// DefaultFlapWindow is how long a removal counts against a node when the
+	// damping rule stretches its next grace period.
+	DefaultFlapWindow = 10 * time.Minute
+	// DefaultMaxPruneGracePeriod caps the stretched grace period so that a
+	// node that flapped and then really died still leaves the mesh before
+	// BIRD's default 240 s graceful-restart wait would matter twice over.
+	DefaultMaxPruneGracePeriod = 5 * time.Minute
+)
+
+// Node is what the planner knows about one Kubernetes node.
+type Node struct {
+	// Name is the Kubernetes node name; it keys the state and the result.
+	Name string
+	// Address is the node's BGP address (Calico's projectcalico.org/IPv4Address
+	// without the prefix length). A node without a valid address cannot be
+	// peered with and is left out with ReasonNoAddress.
+	Address netip.Addr
+	// Ready is true when the node's Ready condition is True.
+	Ready bool
+	// LastTransition is the Ready condition's lastTransitionTime: when the
+	// node became Ready or NotReady. The prune grace period counts from it.
+	LastTransition time.Time
+	// KeepInMesh is true when the node carries LabelKeepInMesh=true.
+	KeepInMesh bool
+	// Sessions is this node's agent report of its BGP sessions: peer node
+	// name to "session Established". nil means no report. The caller must
+	// drop reports it considers stale: the planner trusts what it is given.
+	Sessions map[string]bool
+}
+
+// KeepInMeshFromLabels reads LabelKeepInMesh the way the planner expects:
+// only the exact value "true" opts a node out of pruning.
+func KeepInMeshFromLabels(labels map[string]string) bool {
+	return labels[LabelKeepInMesh] == "true"
+}
+
+// Config tunes the planner. The zero value means "all defaults".
+type Config struct {
+	// Disabled keeps every node with an address in the mesh: the global
+	// opt-out, equivalent to Calico's own full mesh.
+	Disabled bool `json:"disabled,omitempty"`
+	// PruneGracePeriod is how long a node must be NotReady (and, where
+	// session state is known, have no Established session) before it leaves
+	// the mesh. Zero means DefaultPruneGracePeriod.
+	PruneGracePeriod time.Duration `json:"pruneGracePeriod,omitempty"`
+	// FlapWindow is how long a removal is remembered by the damping rule
+	// (see PruneGrace). Zero means DefaultFlapWindow.
+	FlapWindow time.Duration `json:"flapWindow,omitempty"`
+	// MaxPruneGracePeriod caps the grace period stretched by the damping
+	// rule. Zero means DefaultMaxPruneGracePeriod; a value below
+	// PruneGracePeriod is raised to it.
+	MaxPruneGracePeriod time.Duration `json:"maxPruneGracePeriod,omitempty"`
+}
+
+// WithDefaults returns c with every zero duration replaced by its default.
+func (c Config) WithDefaults() Config {
+	if c.PruneGracePeriod <= 0 {
+		c.PruneGracePeriod = DefaultPruneGracePeriod
+	}
+	if c.FlapWindow <= 0 {
+		c.FlapWindow = DefaultFlapWindow
+	}
+	if c.MaxPruneGracePeriod <= 0 {
+		c.MaxPruneGracePeriod = DefaultMaxPruneGracePeriod
+	}
+	if c.MaxPruneGracePeriod < c.PruneGracePeriod {
+		c.MaxPruneGracePeriod = c.PruneGracePeriod
+	}
+	return c
+}
+
+// Validate reports every invalid field by name. Callers validate once at
+// start and refuse to run on error; Plan itself never fails and treats a
+// negative duration as unset.
+func (c Config) Validate() error {
+	var errs []error
+	check := func(field string, d time.Duration) {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("peering config: %s is %v, must be zero (default) or positive", field, d))
+		}
+	}
+	check("pruneGracePeriod", c.PruneGracePeriod)
+	check("flapWindow", c.FlapWindow)
+	check("maxPruneGracePeriod", c.MaxPruneGracePeriod)
+	if c.MaxPruneGracePeriod > 0 && c.PruneGracePeriod > 0 && c.MaxPruneGracePeriod < c.PruneGracePeriod {
+		errs = append(errs, fmt.Errorf("peering config: maxPruneGracePeriod %v is below pruneGracePeriod %v", c.MaxPruneGracePeriod, c.PruneGracePeriod))
+	}
+	d := c.WithDefaults()
+	if d.FlapWindow < d.PruneGracePeriod {
+		errs = append(errs, fmt.Errorf("peering config: flapWindow %v is below pruneGracePeriod %v, so no flap would ever be remembered", d.FlapWindow, d.PruneGracePeriod))
+	}
+	return errors.Join(errs...)
+}
+
+// State is what the planner carries from one run to the next. It is plain
+// JSON so the controller can keep it in a status field or an annotation and
+// recompute the same plan after a restart.
+type State struct {
+	// Nodes holds one entry per node the planner has seen, by name.
+	Nodes map[string]NodeState `json:"nodes,omitempty"`
+}
+
+// NodeState is one node's published membership and flap history.
+type NodeState struct {
+	// InSet is true when the node was in the published peer set.
+	InSet bool `json:"inSet"`
+	// Since is when the planner last added or removed the node, or first
+	// left out a node it never published, or first saw a NotReady node
+	// without a transition time. It is zero for a node taken into the set
+	// on first sight. A NotReady streak never counts from before Since.
+	Since time.Time `json:"since,omitzero"`
+	// Removals are the times the planner removed the node, oldest first,
+	// only those less than FlapWindow old.
+	Removals []time.Time `json:"removals,omitempty"`
+}
+
+// Input is the snapshot the planner decides from.
+type Input struct {
+	Nodes  []Node
+	State  State
+	Config Config
+}
+
+// Reason says, as a stable code, why a node is in or out of the set.
+type Reason string
+
+// Reasons. The In* reasons mean the node is in the set, the Out* reasons
+// that it is not.
+const (
+	InReady       Reason = "Ready"           // node is Ready
+	InDisabled    Reason = "PruningDisabled" // global opt-out
+	InKeepLabel   Reason = "KeepInMeshLabel" // per-node opt-out
+	InGracePeriod Reason = "InGracePeriod"   // NotReady, grace not over yet
+	InSessionUp   Reason = "SessionEstablished"
+	OutNotReady   Reason = "NotReadyPastGrace"
+	OutNoAddress  Reason = "NoBGPAddress"
+	OutDeleted    Reason = "NodeDeleted"
+)
+
+// In reports whether the reason keeps a node in the set.
+func (r Reason) In() bool {
+	switch r {
+	case InReady, InDisabled, InKeepLabel, InGracePeriod, InSessionUp:
+		return true
+	}
+	return false
+}
+
+// Peer is one member of the peer set.
+type Peer struct {
+	Name    string     `json:"name"`
+	Address netip.Addr `json:"address"`
+}
+
+// Decision is the planner's verdict on one node, with a message for humans.
+type Decision struct {
+	Name    string `json:"name"`
+	InSet   bool   `json:"inSet"`
+	Reason  Reason `json:"reason"`
+	Message string `json:"message"`
+}
+
+// ChangeKind is Added or Removed.
+type ChangeKind string
+
+// Change kinds.
+const (
+	Added   ChangeKind = "Added"
+	Removed ChangeKind = "Removed"
+)
+
+// Change is one difference between the previous and the new peer set.
+type Change struct {
+	Name    string     `json:"name"`
+	Kind    ChangeKind `json:"kind"`
+	Reason  Reason     `json:"reason"`
+	Message string     `json:"message"`
+}
+
+// Result is the plan: the new peer set and everything needed to act on it,
+// explain it, and come back in time.
+type Result struct {
+	// Peers is the peer set, sorted by node name.
+	Peers []Peer `json:"peers"`
+	// Decisions has one entry per input node (and per deleted node that was
+	// in the set), sorted by name.
+	Decisions []Decision `json:"decisions"`
+	// Changes lists the nodes added to or removed from the previous set,
+	// sorted by name. Empty when the set is unchanged.
+	Changes []Change `json:"changes,omitempty"`
+	// State is what to publish and pass to the next Plan.
+	State State `json:"state"`
+	// NextCheck is the earliest time at which Plan could decide differently
+	// without any new input (a grace period ends, a removal leaves the flap
+	// window). Zero when nothing is pending.
+	NextCheck time.Time `json:"nextCheck,omitzero"`
+}
+
+// PeerNames returns the names of the peer set, sorted.
+func (r Result) PeerNames() []string {
+	names := make([]string, len(r.Peers))
+	for i, p := range r.Peers {
+		names[i] = p.Name
+	}
+	return names
+}
