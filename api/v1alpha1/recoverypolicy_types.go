@@ -165,12 +165,24 @@ type Limits struct {
 	MaxConcurrent int32 `json:"maxConcurrent,omitempty"`
 }
 
+// RecordedAction is an action as status.lastActions records it: the
+// policy-level actions, plus ForceDelete, which rebound takes for stateful
+// pods on fenced nodes whatever spec.actions says.
+// +kubebuilder:validation:Enum=DeleteAndReplace;ScaleBounce;ForceDelete
+type RecordedAction string
+
+const (
+	RecordedDeleteAndReplace RecordedAction = RecordedAction(DeleteAndReplace)
+	RecordedScaleBounce      RecordedAction = RecordedAction(ScaleBounce)
+	RecordedForceDelete      RecordedAction = "ForceDelete"
+)
+
 // ActionRecord is one action rebound took, kept in status for people.
 type ActionRecord struct {
 	// Time the action was taken.
 	Time metav1.Time `json:"time"`
 	// Action taken.
-	Action RescueAction `json:"action"`
+	Action RecordedAction `json:"action"`
 	// Pod acted on, as namespace/name.
 	// +kubebuilder:validation:MaxLength=317
 	Pod string `json:"pod"`

@@ -128,7 +128,7 @@ func buildBenchSnapshot(sh benchShape) Snapshot {
 
 	var records []v1alpha1.ActionRecord
 	for i := range 10 {
-		records = append(records, record(v1alpha1.DeleteAndReplace, fmt.Sprintf("kube-system/old-%d", i), now.Add(-time.Duration(i)*10*time.Second)))
+		records = append(records, record(v1alpha1.RecordedDeleteAndReplace, fmt.Sprintf("kube-system/old-%d", i), now.Add(-time.Duration(i)*10*time.Second)))
 	}
 	s.Policies = []*v1alpha1.RecoveryPolicy{
 		{

@@ -324,3 +324,25 @@ func forceDeleteIssued(pod *corev1.Pod) bool {
 	g := pod.DeletionGracePeriodSeconds
 	return pod.DeletionTimestamp != nil && g != nil && *g == 0
 }
+
+// Record returns the status.lastActions entry for the action, taken at now
+// with the given result. Both halves of a scale bounce are recorded as
+// ScaleBounce with the pod they are for: that record is what keeps the
+// planner from bouncing the same Deployment again for the same pod.
+func (a *Action) Record(now time.Time, result string) v1alpha1.ActionRecord {
+	kind := v1alpha1.RecordedDeleteAndReplace
+	switch a.Kind {
+	case ActionForceDelete:
+		kind = v1alpha1.RecordedForceDelete
+	case ActionScaleDown, ActionScaleRestore:
+		kind = v1alpha1.RecordedScaleBounce
+	}
+	reason := a.Reason
+	if len(reason) > 1024 {
+		reason = reason[:1021] + "..."
+	}
+	return v1alpha1.ActionRecord{
+		Time: metav1.NewTime(now), Action: kind, Pod: a.PodRef(), Node: a.Node,
+		Reason: reason, DryRun: a.DryRun, Result: result,
+	}
+}

@@ -162,7 +162,7 @@ func (w *world) policy(name string, mutate ...func(*v1alpha1.RecoveryPolicy)) *v
 	return p
 }
 
-func record(action v1alpha1.RescueAction, pod string, when time.Time) v1alpha1.ActionRecord {
+func record(action v1alpha1.RecordedAction, pod string, when time.Time) v1alpha1.ActionRecord {
 	return v1alpha1.ActionRecord{Time: metav1.NewTime(when), Action: action, Pod: pod, Result: "Succeeded"}
 }
 

@@ -142,7 +142,7 @@ func TestPlanForRescueLifecycle(t *testing.T) {
 			world: func() *world {
 				w := s1(at(5 * time.Minute))
 				terminating(w.s.Pods[0], at(31*time.Second))
-				w.s.Policies[0].Status.LastActions = []v1alpha1.ActionRecord{record(v1alpha1.ScaleBounce, "kube-system/"+coredns, at(95*time.Second))}
+				w.s.Policies[0].Status.LastActions = []v1alpha1.ActionRecord{record(v1alpha1.RecordedScaleBounce, "kube-system/"+coredns, at(95*time.Second))}
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionReportOnly},
@@ -207,9 +207,9 @@ func TestPlanForRescueLifecycle(t *testing.T) {
 				w := s1(at(time.Minute))
 				w.s.Policies[0].Spec.Limits.MaxActionsPerMinute = 2
 				w.s.Policies[0].Status.LastActions = []v1alpha1.ActionRecord{
-					record(v1alpha1.DeleteAndReplace, "kube-system/old", at(30*time.Second)),
-					record(v1alpha1.DeleteAndReplace, "kube-system/older", at(-time.Minute)),                      // out of the window
-					{Time: metav1.NewTime(at(40 * time.Second)), Action: v1alpha1.DeleteAndReplace, DryRun: true}, // dry run: changed nothing
+					record(v1alpha1.RecordedDeleteAndReplace, "kube-system/old", at(30*time.Second)),
+					record(v1alpha1.RecordedDeleteAndReplace, "kube-system/older", at(-time.Minute)),                      // out of the window
+					{Time: metav1.NewTime(at(40 * time.Second)), Action: v1alpha1.RecordedDeleteAndReplace, DryRun: true}, // dry run: changed nothing
 				}
 				w.deploymentPod("a", "node-1", 1, 0)
 				w.deploymentPod("b", "node-2", 1, 0)
@@ -233,7 +233,7 @@ func TestPlanForRescueLifecycle(t *testing.T) {
 				w.s.Policies[0].Spec.Limits.MaxActionsPerMinute = 20
 				for i := range 10 {
 					w.s.Policies[0].Status.LastActions = append(w.s.Policies[0].Status.LastActions,
-						record(v1alpha1.DeleteAndReplace, "kube-system/x", at(2*time.Minute-time.Duration(i)*5*time.Second)))
+						record(v1alpha1.RecordedDeleteAndReplace, "kube-system/x", at(2*time.Minute-time.Duration(i)*5*time.Second)))
 				}
 				return w
 			},
@@ -248,7 +248,7 @@ func TestPlanForRescueLifecycle(t *testing.T) {
 				w.s.Policies[0].Spec.Limits.MaxActionsPerMinute = 20
 				for i := range 10 {
 					w.s.Policies[0].Status.LastActions = append(w.s.Policies[0].Status.LastActions,
-						record(v1alpha1.DeleteAndReplace, "kube-system/x", at(2*time.Minute-time.Duration(i)*7*time.Second)))
+						record(v1alpha1.RecordedDeleteAndReplace, "kube-system/x", at(2*time.Minute-time.Duration(i)*7*time.Second)))
 				}
 				return w
 			},

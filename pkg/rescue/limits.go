@@ -192,7 +192,7 @@ func (r *policyRule) lastScaleBounce(podKey string) (time.Time, bool) {
 	var last time.Time
 	found := false
 	for _, a := range r.policy.Status.LastActions {
-		if a.DryRun || a.Action != v1alpha1.ScaleBounce || a.Pod != podKey {
+		if a.DryRun || a.Action != v1alpha1.RecordedScaleBounce || a.Pod != podKey {
 			continue
 		}
 		if !found || a.Time.After(last) {

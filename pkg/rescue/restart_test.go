@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/api/v1alpha1"
 )
@@ -24,7 +23,6 @@ func fakeApply(t *testing.T, w *world, p Plan) int {
 			continue
 		}
 		changes++
-		kind := v1alpha1.DeleteAndReplace
 		switch a.Kind {
 		case ActionDelete:
 			for _, pod := range w.s.Pods {
@@ -33,7 +31,6 @@ func fakeApply(t *testing.T, w *world, p Plan) int {
 				}
 			}
 		case ActionScaleDown, ActionScaleRestore:
-			kind = v1alpha1.ScaleBounce
 			for _, d := range w.s.Deployments {
 				if d.UID != a.UID {
 					continue
@@ -51,9 +48,7 @@ func fakeApply(t *testing.T, w *world, p Plan) int {
 		}
 		for _, pol := range w.s.Policies {
 			if pol.Name == a.Policy {
-				pol.Status.LastActions = append([]v1alpha1.ActionRecord{{
-					Time: metav1.NewTime(w.s.Now), Action: kind, Pod: a.PodRef(), Node: a.Node, Reason: a.Reason,
-				}}, pol.Status.LastActions...)
+				pol.Status.LastActions = append([]v1alpha1.ActionRecord{a.Record(w.s.Now, "Succeeded")}, pol.Status.LastActions...)
 			}
 		}
 	}
