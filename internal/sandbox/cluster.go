@@ -46,6 +46,9 @@ type Cluster struct {
 	Dir string
 	// Kubeconfig is an admin (system:masters) kubeconfig.
 	Kubeconfig string
+	// ReboundKubeconfig authenticates as ReboundUser, with no rights of
+	// its own (see ReboundUser).
+	ReboundKubeconfig string
 	// APIServerURL is the apiserver's https URL on loopback.
 	APIServerURL string
 	// NodeNames are the fake nodes, in order.
@@ -148,6 +151,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	auditPolicy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(auditPolicy, auditPolicyYAML, 0o644); err != nil {
+		return nil, err
+	}
 	if err := c.run(ctx, opts, APIServer, opts.Binaries.APIServer, []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
@@ -177,6 +184,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		"--default-unreachable-toleration-seconds=" + tol,
 		"--allow-privileged=true",
 		"--profiling=false",
+		"--audit-policy-file=" + auditPolicy,
+		"--audit-log-path=" + c.LogPath(AuditLog),
+		"--audit-log-format=json",
 	}, 90*time.Second, httpProbe(c.APIServerURL+"/readyz", adminTLS)); err != nil {
 		return nil, err
 	}
@@ -191,6 +201,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		kubeconfigs[id.file] = path
 	}
 	c.Kubeconfig = kubeconfigs["admin"]
+	c.ReboundKubeconfig = kubeconfigs["rebound"]
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
 		return nil, err
 	}
@@ -369,7 +380,7 @@ func Attach(dir string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, Kubeconfig: st.Kubeconfig, APIServerURL: st.APIServerURL, NodeNames: st.NodeNames, ZoneKey: st.ZoneKey, Timings: st.Timings, processes: st.Processes}
+	c := &Cluster{Dir: dir, Kubeconfig: st.Kubeconfig, ReboundKubeconfig: filepath.Join(dir, "rebound.kubeconfig"), APIServerURL: st.APIServerURL, NodeNames: st.NodeNames, ZoneKey: st.ZoneKey, Timings: st.Timings, processes: st.Processes}
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
 		return nil, err
 	}

@@ -54,7 +54,14 @@ var sandboxIdentities = []identity{
 	// kwok impersonates every kubelet; the Node authorizer would confine a
 	// real kubelet to its own node, so kwok gets cluster-admin instead.
 	{file: "kwok", user: "kwok", groups: []string{"system:masters"}},
+	// rebound's own identity has no rights until a test or a person binds
+	// deploy/rbac's roles to the user "rebound": that is how the e2e tests
+	// prove the manifests grant enough, and no more.
+	{file: "rebound", user: ReboundUser},
 }
+
+// ReboundUser is the user name of the sandbox's rebound.kubeconfig.
+const ReboundUser = "rebound"
 
 type keyPair struct {
 	cert *x509.Certificate

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -27,7 +28,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: cannot get the sandbox binaries:", err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	if reboundBinary, err = buildRebound(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(filepath.Dir(reboundBinary))
+	os.Exit(code)
 }
 
 // startSandbox starts a sandbox for one test and stops it when the test

@@ -1,0 +1,129 @@
+// Package controller wires rebound's pure planners (pkg/rescue,
+// pkg/peering) to the API through controller-runtime: gather a snapshot
+// from the informer caches, plan, apply, requeue at the plan's next check.
+package controller
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"rebound/api/v1alpha1"
+)
+
+// Scheme knows the Kubernetes built-in types and rebound's API.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// ManagerOptions are the process-level settings of `rebound controller`.
+type ManagerOptions struct {
+	MetricsAddr string
+	HealthAddr  string
+	// LeaderElect makes one replica of several act; the others wait.
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	// SyncPeriod re-lists everything now and then, as a safety net.
+	SyncPeriod time.Duration
+}
+
+// NewManager builds a manager whose caches hold only what the planners
+// read: managed fields are dropped from every object, and pods and nodes
+// are trimmed further (see trimPod, trimNode), which is what keeps memory
+// flat in clusters of 150,000 pods.
+func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
+	sync := opts.SyncPeriod
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        Scheme(),
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress:        opts.HealthAddr,
+		LeaderElection:                opts.LeaderElect,
+		LeaderElectionID:              "rebound-controller",
+		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{
+			SyncPeriod:       &sync,
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}:  {Transform: trimPod},
+				&corev1.Node{}: {Transform: trimNode},
+			},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("caches", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return fmt.Errorf("caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// trimPod keeps what pkg/rescue reads of a pod: identity, owners, labels,
+// the mirror annotation, node, tolerations, PVC volumes, priority class and
+// conditions. Containers, env and status details are dropped.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	pod.ManagedFields = nil
+	if pod.Annotations != nil {
+		if v, ok := pod.Annotations[corev1.MirrorPodAnnotationKey]; ok {
+			pod.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: v}
+		} else {
+			pod.Annotations = nil
+		}
+	}
+	var volumes []corev1.Volume
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim}})
+		}
+	}
+	pod.Spec = corev1.PodSpec{
+		NodeName:                      pod.Spec.NodeName,
+		Tolerations:                   pod.Spec.Tolerations,
+		Volumes:                       volumes,
+		PriorityClassName:             pod.Spec.PriorityClassName,
+		TerminationGracePeriodSeconds: pod.Spec.TerminationGracePeriodSeconds,
+	}
+	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions}
+	return pod, nil
+}
+
+// trimNode drops the parts of a node no planner reads; the image list
+// alone can be tens of kilobytes per node.
+func trimNode(obj any) (any, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	node.ManagedFields = nil
+	node.Status.Images = nil
+	node.Status.VolumesAttached = nil
+	node.Status.VolumesInUse = nil
+	return node, nil
+}

@@ -1,0 +1,264 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"rebound/api/v1alpha1"
+	"rebound/pkg/rescue"
+	"rebound/pkg/zone"
+)
+
+// RecoveryOptions configure the recovery controller.
+type RecoveryOptions struct {
+	// ZoneConfig mirrors kube-controller-manager's node lifecycle flags;
+	// rebound must know them to predict upstream eviction.
+	ZoneConfig zone.Config
+	Defaults   rescue.Defaults
+	// DryRun plans, logs and reports, but changes nothing, whatever the
+	// policies say.
+	DryRun bool
+	// StopSwitch names a ConfigMap: while it exists, rebound takes no
+	// action anywhere (reporting goes on). It is the cluster-wide stop an
+	// operator pulls with one kubectl command.
+	StopSwitch types.NamespacedName
+	// Clock is injected for tests; nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// recoveryKey is the one key the recovery controller reconciles: every
+// decision depends on the whole cluster (zone states, limits), so any
+// change enqueues the same request and the work queue collapses bursts.
+var recoveryKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "cluster"}}
+
+// RecoveryReconciler finds critical pods stranded on NotReady nodes and
+// rescues them: snapshot, rescue.PlanFor, apply, requeue at NextCheck.
+type RecoveryReconciler struct {
+	client   client.Client
+	reader   client.Reader // uncached, for the stop switch
+	recorder events.EventRecorder
+	opts     RecoveryOptions
+	clock    clock.PassiveClock
+
+	mu        sync.Mutex
+	prevZones zone.Cluster
+	announced map[string]bool // dry-run and stopped actions already logged
+}
+
+// SetupRecovery registers the recovery controller with the manager.
+func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
+	if err := opts.ZoneConfig.Validate(); err != nil {
+		return err
+	}
+	r := &RecoveryReconciler{
+		client:    mgr.GetClient(),
+		reader:    mgr.GetAPIReader(),
+		recorder:  mgr.GetEventRecorder("rebound-controller"),
+		opts:      opts,
+		clock:     opts.Clock,
+		announced: map[string]bool{},
+	}
+	if r.clock == nil {
+		r.clock = clock.RealClock{}
+	}
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{recoveryKey}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("recovery").
+		Watches(&v1alpha1.RecoveryPolicy{}, all).
+		Watches(&corev1.Node{}, all).
+		Watches(&corev1.Pod{}, all).
+		Watches(&corev1.Namespace{}, all).
+		Watches(&corev1.PersistentVolumeClaim{}, all).
+		Watches(&appsv1.ReplicaSet{}, all).
+		Watches(&appsv1.Deployment{}, all).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(r)
+}
+
+// Reconcile plans from the caches and applies the plan. It is
+// level-triggered: after a restart it recomputes the same plan, and every
+// action it already took shows in the cluster (a terminating pod, a
+// scale-bounce annotation), so nothing is repeated.
+func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	start := r.clock.Now()
+	snap, err := r.snapshot(ctx, start)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	plan := rescue.PlanFor(snap)
+	planSeconds.Observe(r.clock.Since(start).Seconds())
+	r.mu.Lock()
+	r.prevZones = plan.Zones
+	r.mu.Unlock()
+	observePlan(plan)
+	for _, w := range plan.Warnings {
+		log.Info("warning", "detail", w)
+	}
+
+	stopped, err := r.stopSwitchPulled(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	owners := ownersByPod(plan)
+	records := map[string][]v1alpha1.ActionRecord{}
+	var errs []error
+	acted := false
+	for _, a := range plan.Actions {
+		why := ""
+		switch {
+		case stopped:
+			why = fmt.Sprintf("stop switch ConfigMap %s exists", r.opts.StopSwitch)
+		case r.opts.DryRun:
+			why = "controller runs with --dry-run"
+		case a.DryRun:
+			why = "policy " + a.Policy + " has dryRun: true"
+		}
+		if why != "" {
+			r.announce(ctx, log, a, owners, why)
+			continue
+		}
+		result, err := r.apply(ctx, a)
+		rescuesTotal.WithLabelValues(string(a.Kind), result).Inc()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.Key(), err))
+			log.Error(err, "action failed", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "reason", a.Reason)
+			r.event(ctx, a, owners, corev1.EventTypeWarning, "RescueFailed", fmt.Sprintf("%s failed: %v; %s", a.Kind, err, a.Reason))
+			continue
+		}
+		acted = true
+		log.Info("rescue action", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "pod", a.Pod, "node", a.Node, "result", result, "reason", a.Reason)
+		if result == resultSucceeded {
+			r.event(ctx, a, owners, corev1.EventTypeNormal, eventReason(a.Kind), a.Reason)
+			if a.Policy != "" {
+				records[a.Policy] = append(records[a.Policy], a.Record(r.clock.Now(), resultSucceeded))
+			}
+		}
+	}
+	if err := r.updateStatuses(ctx, snap.Policies, plan, records); err != nil {
+		errs = append(errs, err)
+	}
+
+	res := ctrl.Result{}
+	if !plan.NextCheck.IsZero() {
+		res.RequeueAfter = max(plan.NextCheck.Sub(r.clock.Now()), 100*time.Millisecond)
+	}
+	if acted && (res.RequeueAfter == 0 || res.RequeueAfter > 2*time.Second) {
+		// Look again soon to verify the effect; watches usually get there
+		// first.
+		res.RequeueAfter = 2 * time.Second
+	}
+	return res, kerrors.NewAggregate(errs)
+}
+
+// snapshot reads everything PlanFor needs from the caches.
+func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescue.Snapshot, error) {
+	s := rescue.Snapshot{Now: now, ZoneConfig: r.opts.ZoneConfig, Defaults: r.opts.Defaults, Namespaces: map[string]map[string]string{}}
+	r.mu.Lock()
+	s.PreviousZones = r.prevZones
+	r.mu.Unlock()
+
+	var nodes corev1.NodeList
+	var pods corev1.PodList
+	var namespaces corev1.NamespaceList
+	var pvcs corev1.PersistentVolumeClaimList
+	var rss appsv1.ReplicaSetList
+	var deps appsv1.DeploymentList
+	var policies v1alpha1.RecoveryPolicyList
+	for _, l := range []client.ObjectList{&nodes, &pods, &namespaces, &pvcs, &rss, &deps, &policies} {
+		if err := r.client.List(ctx, l); err != nil {
+			return s, fmt.Errorf("list %T: %w", l, err)
+		}
+	}
+	s.Nodes = pointers(nodes.Items)
+	s.Pods = pointers(pods.Items)
+	s.PVCs = pointers(pvcs.Items)
+	s.ReplicaSets = pointers(rss.Items)
+	s.Deployments = pointers(deps.Items)
+	s.Policies = pointers(policies.Items)
+	for i := range namespaces.Items {
+		s.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
+	}
+	return s, nil
+}
+
+func pointers[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
+
+func (r *RecoveryReconciler) stopSwitchPulled(ctx context.Context) (bool, error) {
+	if r.opts.StopSwitch.Name == "" {
+		return false, nil
+	}
+	var cm corev1.ConfigMap
+	err := r.reader.Get(ctx, r.opts.StopSwitch, &cm)
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case apierrors.IsForbidden(err):
+		return false, fmt.Errorf("cannot read the stop switch ConfigMap %s (grant get on configmaps in %s, see deploy/rbac): %w", r.opts.StopSwitch, r.opts.StopSwitch.Namespace, err)
+	default:
+		return false, fmt.Errorf("read the stop switch ConfigMap %s: %w", r.opts.StopSwitch, err)
+	}
+}
+
+// announce logs an action that is not taken, once per action and cause.
+func (r *RecoveryReconciler) announce(ctx context.Context, log logr.Logger, a rescue.Action, owners map[string]rescue.Workload, why string) {
+	key := a.Key() + "|" + why
+	r.mu.Lock()
+	seen := r.announced[key]
+	r.announced[key] = true
+	r.mu.Unlock()
+	if seen {
+		return
+	}
+	rescuesTotal.WithLabelValues(string(a.Kind), "dry_run").Inc()
+	log.Info("rescue action not taken", "why", why, "action", a.Kind, "object", a.Namespace+"/"+a.Name, "reason", a.Reason)
+	r.event(ctx, a, owners, corev1.EventTypeNormal, "RescueDryRun", fmt.Sprintf("would %s (%s): %s", a.Kind, why, a.Reason))
+}
+
+func ownersByPod(p rescue.Plan) map[string]rescue.Workload {
+	out := make(map[string]rescue.Workload, len(p.Critical))
+	for i := range p.Critical {
+		out[p.Critical[i].Key()] = p.Critical[i].Workload
+	}
+	return out
+}
+
+func eventReason(k rescue.ActionKind) string {
+	switch k {
+	case rescue.ActionDelete:
+		return "StrandedPodDeleted"
+	case rescue.ActionForceDelete:
+		return "StrandedPodForceDeleted"
+	case rescue.ActionScaleDown:
+		return "ScaleBounceDown"
+	case rescue.ActionScaleRestore:
+		return "ScaleBounceRestored"
+	}
+	return "Rescue"
+}

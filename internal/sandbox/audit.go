@@ -1,0 +1,59 @@
+package sandbox
+
+import (
+	"bufio"
+	_ "embed"
+	"encoding/json"
+	"os"
+)
+
+// AuditLog is the name of the apiserver's audit log (LogPath(AuditLog)).
+const AuditLog = "audit"
+
+// auditPolicyYAML records, at Metadata level, only the writes a scenario
+// wants to count: pod deletions and changes to workloads. Everything else
+// is left out so the log stays small.
+//
+//go:embed audit-policy.yaml
+var auditPolicyYAML []byte
+
+// AuditEvent is the part of an audit.k8s.io/v1 Event the tests read.
+type AuditEvent struct {
+	Verb  string `json:"verb"`
+	Stage string `json:"stage"`
+	User  struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// AuditEvents returns the completed requests the apiserver has logged so
+// far that match keep.
+func (c *Cluster) AuditEvents(keep func(AuditEvent) bool) ([]AuditEvent, error) {
+	f, err := os.Open(c.LogPath(AuditLog))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []AuditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		var e AuditEvent
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Stage != "ResponseComplete" {
+			continue
+		}
+		if keep(e) {
+			out = append(out, e)
+		}
+	}
+	return out, sc.Err()
+}
