@@ -128,4 +128,3 @@ func newLogger(cmd *cobra.Command, format string, verbosity int) (logr.Logger, e
 	}
 	return logr.FromSlogHandler(h), nil
 }
-
