@@ -15,6 +15,10 @@ type S3Options struct {
 	// Timeout bounds the wait for the replacement after the node is
 	// NotReady.
 	Timeout time.Duration
+	// SkipTaintWait does not wait for the NoExecute taint before waiting
+	// for the replacement: with rebound the pod may move before upstream
+	// evicts it, and the taint is not what the scenario measures.
+	SkipTaintWait bool
 }
 
 // S3Result is what S3 found.
@@ -52,10 +56,12 @@ func RunS3(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S3Options
 	}); err != nil {
 		return res, err
 	}
-	if res.TaintedAt, err = obs.WaitFor(ctx, opts.Timeout, w.PreferNode+" tainted NoExecute", func(s Snapshot) bool {
-		return s.Nodes[w.PreferNode].NoExecute
-	}); err != nil {
-		return res, err
+	if !opts.SkipTaintWait {
+		if res.TaintedAt, err = obs.WaitFor(ctx, opts.Timeout, w.PreferNode+" tainted NoExecute", func(s Snapshot) bool {
+			return s.Nodes[w.PreferNode].NoExecute
+		}); err != nil {
+			return res, err
+		}
 	}
 	res.RecoveredAt, err = obs.WaitFor(ctx, opts.Timeout, "replacement available on another node", func(s Snapshot) bool {
 		for _, n := range s.PodNodes() {
