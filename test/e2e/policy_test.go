@@ -34,8 +34,12 @@ func TestRecoveryPolicyRejectedWithFieldName(t *testing.T) {
 		mutate func(*v1alpha1.RecoveryPolicy)
 		want   string
 	}{
-		{"negative duration", func(p *v1alpha1.RecoveryPolicy) { p.Spec.MaxUnavailableTime = &metav1.Duration{Duration: -5 * time.Second} }, "spec.maxUnavailableTime"},
-		{"duration over an hour", func(p *v1alpha1.RecoveryPolicy) { p.Spec.MaxUnavailableTime = &metav1.Duration{Duration: 2 * time.Hour} }, "spec.maxUnavailableTime"},
+		{"negative duration", func(p *v1alpha1.RecoveryPolicy) {
+			p.Spec.MaxUnavailableTime = &metav1.Duration{Duration: -5 * time.Second}
+		}, "spec.maxUnavailableTime"},
+		{"duration over an hour", func(p *v1alpha1.RecoveryPolicy) {
+			p.Spec.MaxUnavailableTime = &metav1.Duration{Duration: 2 * time.Hour}
+		}, "spec.maxUnavailableTime"},
 		{"unknown action", func(p *v1alpha1.RecoveryPolicy) { p.Spec.Actions = []v1alpha1.RescueAction{"Reboot"} }, "spec.actions"},
 		{"bad selector operator", func(p *v1alpha1.RecoveryPolicy) {
 			p.Spec.Critical.PodSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Like", Values: []string{"x"}}}}
