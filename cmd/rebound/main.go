@@ -51,6 +51,6 @@ the failure:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newSandboxCommand(), newDemoCommand(), newControllerCommand(), newAgentCommand(), newRestoreCommand(), newBackupCommand())
+	root.AddCommand(newVersionCommand(), newSandboxCommand(), newDemoCommand(), newControllerCommand(), newAgentCommand(), newRestoreCommand(), newBackupCommand(), newPolicyCommand())
 	return root
 }
