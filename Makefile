@@ -25,8 +25,11 @@ unit:
 e2e: sandbox
 	$(GO) test -count=1 -timeout 40m -v ./test/e2e
 
+# Unit tests, then the e2e tests verbosely: their METRIC lines and
+# scenario timelines are the measurements.
 test: deps vet sandbox
-	$(GO) test -count=1 -timeout 40m ./...
+	$(GO) test -count=1 ./api/... ./cmd/... ./internal/... ./pkg/...
+	$(GO) test -count=1 -v -timeout 40m ./test/e2e
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
