@@ -63,13 +63,7 @@ func RunS1(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S1Options
 	grace := c.Timings.NodeMonitorGracePeriod
 	obs := Observe(ctx, c, tl, w)
 
-	tl.Step("create Deployment %s (critical stand-in), preferring %s", w, w.PreferNode)
-	if err := w.Create(ctx, c.Client); err != nil {
-		return res, err
-	}
-	if _, err := obs.WaitFor(ctx, 2*time.Minute, "workload available on "+w.PreferNode, func(s Snapshot) bool {
-		return s.AvailableOn(w.PreferNode)
-	}); err != nil {
+	if err := deployOnPreferredNode(ctx, c, tl, obs, w); err != nil {
 		return res, err
 	}
 

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"rebound/internal/sandbox"
 )
 
 // Workload names a Deployment a scenario puts on the cluster.
@@ -67,4 +70,17 @@ func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error
 		return fmt.Errorf("create Deployment %s: %w", w, err)
 	}
 	return nil
+}
+
+// deployOnPreferredNode creates the workload and waits until it is
+// available on its preferred node: the starting point of every scenario.
+func deployOnPreferredNode(ctx context.Context, c *sandbox.Cluster, tl *Timeline, obs *Observer, w Workload) error {
+	tl.Step("create Deployment %s, preferring %s", w, w.PreferNode)
+	if err := w.Create(ctx, c.Client); err != nil {
+		return err
+	}
+	_, err := obs.WaitFor(ctx, 2*time.Minute, "workload available on "+w.PreferNode, func(s Snapshot) bool {
+		return s.AvailableOn(w.PreferNode)
+	})
+	return err
 }
