@@ -51,6 +51,9 @@ type Cluster struct {
 	ReboundKubeconfig string
 	// APIServerURL is the apiserver's https URL on loopback.
 	APIServerURL string
+	// EtcdURL is etcd's client URL on loopback (plain http), e.g. for a
+	// snapshot (see Backup).
+	EtcdURL string
 	// NodeNames are the fake nodes, in order.
 	NodeNames []string
 	// ZoneKey is the node lifecycle controller's key of the one zone
@@ -68,6 +71,7 @@ type Cluster struct {
 type state struct {
 	Kubeconfig   string     `json:"kubeconfig"`
 	APIServerURL string     `json:"apiServerURL"`
+	EtcdURL      string     `json:"etcdURL,omitempty"`
 	NodeNames    []string   `json:"nodeNames"`
 	ZoneKey      string     `json:"zoneKey"`
 	Timings      Timings    `json:"timings"`
@@ -106,7 +110,14 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	t0 := time.Now()
 
-	pk, err := newPKI(filepath.Join(dir, "pki"), t0)
+	var pk *pki
+	if opts.restore != nil {
+		// Restored service-account tokens stay valid only with the same
+		// CA and signing key (see restore.go).
+		pk, err = loadPKI(filepath.Join(dir, "pki"))
+	} else {
+		pk, err = newPKI(filepath.Join(dir, "pki"), t0)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: certificates: %w", err)
 	}
@@ -137,6 +148,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}, 30*time.Second, httpProbe(etcdURL+"/health", nil)); err != nil {
 		return nil, err
 	}
+	c.EtcdURL = etcdURL
 	progress("  etcd ready on %s", etcdURL)
 
 	// kube-apiserver
@@ -208,6 +220,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	c.Config.QPS, c.Config.Burst = 100, 200
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return nil, err
+	}
+	if opts.restore != nil {
+		if err := c.setRestoredHeartbeats(ctx, opts.restore); err != nil {
+			return nil, err
+		}
 	}
 
 	// kube-controller-manager
@@ -282,7 +299,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.saveState(t0); err != nil {
 		return nil, err
 	}
-	if err := c.createNodes(ctx, opts); err != nil {
+	if opts.restore != nil {
+		err = c.waitRestoredNodes(ctx, opts.restore, t0)
+	} else {
+		err = c.createNodes(ctx, opts)
+	}
+	if err != nil {
 		return nil, err
 	}
 	progress("  %d nodes Ready in %s", opts.Nodes, time.Since(t0).Round(100*time.Millisecond))
@@ -328,6 +350,7 @@ func (c *Cluster) saveState(started time.Time) error {
 	st := state{
 		Kubeconfig:   c.Kubeconfig,
 		APIServerURL: c.APIServerURL,
+		EtcdURL:      c.EtcdURL,
 		NodeNames:    c.NodeNames,
 		ZoneKey:      c.ZoneKey,
 		Timings:      c.Timings,
@@ -380,7 +403,7 @@ func Attach(dir string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, Kubeconfig: st.Kubeconfig, ReboundKubeconfig: filepath.Join(dir, "rebound.kubeconfig"), APIServerURL: st.APIServerURL, NodeNames: st.NodeNames, ZoneKey: st.ZoneKey, Timings: st.Timings, processes: st.Processes}
+	c := &Cluster{Dir: dir, Kubeconfig: st.Kubeconfig, ReboundKubeconfig: filepath.Join(dir, "rebound.kubeconfig"), APIServerURL: st.APIServerURL, EtcdURL: st.EtcdURL, NodeNames: st.NodeNames, ZoneKey: st.ZoneKey, Timings: st.Timings, processes: st.Processes}
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
 		return nil, err
 	}

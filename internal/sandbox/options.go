@@ -86,6 +86,11 @@ type Options struct {
 	// ExtraArgs are appended to a component's flags, by component name
 	// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok).
 	ExtraArgs map[string][]string
+
+	// restore is set by Cluster.Restore: start on the restored etcd data
+	// dir with the existing certificates, and only its alive nodes
+	// heartbeating (see restore.go).
+	restore *restoreSpec
 }
 
 func (o *Options) setDefaults() {

@@ -1,0 +1,116 @@
+package restore
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Exit codes of `rebound restore` and `rebound backup`.
+const (
+	// ExitOK: every essential workload is available (or the dry run, the
+	// backup, the etcd restore succeeded).
+	ExitOK = 0
+	// ExitFailed: anything else went wrong (API unreachable, I/O error).
+	ExitFailed = 1
+	// ExitBadInput: bad flags or files, an unknown workload, a snapshot that
+	// is corrupt, truncated or not a snapshot, a non-empty target. Nothing
+	// was changed.
+	ExitBadInput = 2
+	// ExitTimeout: the deadline passed with some workload still not
+	// available.
+	ExitTimeout = 3
+	// ExitUnsafe: every workload not available is one rebound refuses to
+	// move without fencing (a StatefulSet pod or a pod with a ReadWriteOnce
+	// volume on a node nobody confirmed off).
+	ExitUnsafe = 4
+)
+
+// Error carries the exit code the CLI ends with.
+type Error struct {
+	Code int
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// ExitCode implements the CLI's exit-code interface.
+func (e *Error) ExitCode() int { return e.Code }
+
+// BadInput wraps err as ExitBadInput.
+func BadInput(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Code: ExitBadInput, Err: err}
+}
+
+// BadInputf formats an ExitBadInput error.
+func BadInputf(format string, args ...any) error {
+	return &Error{Code: ExitBadInput, Err: fmt.Errorf(format, args...)}
+}
+
+// ExitCodeOf returns the exit code for err: 0 for nil, the code of an
+// *Error, ExitFailed otherwise.
+func ExitCodeOf(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ExitFailed
+}
+
+// Outcome is how a bring-up ended.
+type Outcome string
+
+// The outcomes.
+const (
+	OutcomeSucceeded     Outcome = "Succeeded"
+	OutcomeTimedOut      Outcome = "TimedOut"
+	OutcomeRefusedUnsafe Outcome = "RefusedUnsafe"
+	OutcomeDryRun        Outcome = "DryRun"
+)
+
+// ExitCode maps an outcome to its exit code.
+func (o Outcome) ExitCode() int {
+	switch o {
+	case OutcomeSucceeded, OutcomeDryRun:
+		return ExitOK
+	case OutcomeTimedOut:
+		return ExitTimeout
+	case OutcomeRefusedUnsafe:
+		return ExitUnsafe
+	default:
+		return ExitFailed
+	}
+}
+
+// outcomeFor decides how a bring-up stands: done is true when it is over.
+// Every workload Available: success. Every one not Available refused as
+// unsafe: nothing more will happen without a person, so stop now. Past the
+// deadline with any still pending: timeout.
+func outcomeFor(states []State, now, deadline time.Time) (Outcome, bool) {
+	pending, refused := 0, 0
+	for _, s := range states {
+		switch s {
+		case StatePending:
+			pending++
+		case StateRefusedUnsafe:
+			refused++
+		}
+	}
+	switch {
+	case pending == 0 && refused == 0:
+		return OutcomeSucceeded, true
+	case pending == 0:
+		return OutcomeRefusedUnsafe, true
+	case !now.Before(deadline):
+		return OutcomeTimedOut, true
+	default:
+		return "", false
+	}
+}
