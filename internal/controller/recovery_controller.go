@@ -147,7 +147,7 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 		acted = true
 		log.Info("rescue action", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "pod", a.Pod, "node", a.Node, "result", result, "reason", a.Reason)
 		if result == resultSucceeded {
-			r.event(ctx, a, owners, corev1.EventTypeNormal, eventReason(a.Kind), a.Reason)
+			r.event(ctx, a, owners, corev1.EventTypeNormal, a.Kind.EventReason(), a.Reason)
 			if a.Policy != "" {
 				records[a.Policy] = append(records[a.Policy], a.Record(r.clock.Now(), resultSucceeded))
 			}
@@ -247,18 +247,4 @@ func ownersByPod(p rescue.Plan) map[string]rescue.Workload {
 		out[p.Critical[i].Key()] = p.Critical[i].Workload
 	}
 	return out
-}
-
-func eventReason(k rescue.ActionKind) string {
-	switch k {
-	case rescue.ActionDelete:
-		return "StrandedPodDeleted"
-	case rescue.ActionForceDelete:
-		return "StrandedPodForceDeleted"
-	case rescue.ActionScaleDown:
-		return "ScaleBounceDown"
-	case rescue.ActionScaleRestore:
-		return "ScaleBounceRestored"
-	}
-	return "Rescue"
 }

@@ -37,6 +37,22 @@ const (
 	ActionScaleRestore ActionKind = "ScaleRestore"
 )
 
+// EventReason is the reason of the Kubernetes Event that records the
+// action, the same for the controller and `rebound restore bringup`.
+func (k ActionKind) EventReason() string {
+	switch k {
+	case ActionDelete:
+		return "StrandedPodDeleted"
+	case ActionForceDelete:
+		return "StrandedPodForceDeleted"
+	case ActionScaleDown:
+		return "ScaleBounceDown"
+	case ActionScaleRestore:
+		return "ScaleBounceRestored"
+	}
+	return "Rescue"
+}
+
 // ScaleBounceAnnotation holds, on a Deployment scaled down by rebound, the
 // replica count to restore.
 const ScaleBounceAnnotation = "rebound.dev/scale-bounce-replicas"

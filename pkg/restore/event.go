@@ -19,26 +19,11 @@ import (
 // reasons as rebound-controller).
 const reportingController = "rebound.dev/restore-bringup"
 
-// eventReason is the controller's reason for each action kind.
-func eventReason(k rescue.ActionKind) string {
-	switch k {
-	case rescue.ActionDelete:
-		return "StrandedPodDeleted"
-	case rescue.ActionForceDelete:
-		return "StrandedPodForceDeleted"
-	case rescue.ActionScaleDown:
-		return "ScaleBounceDown"
-	case rescue.ActionScaleRestore:
-		return "ScaleBounceRestored"
-	}
-	return "Rescue"
-}
-
 // recordEvent records an Event about an action, regarding the workload
 // whose fate it decides, related to the pod. Events are best effort: the
 // progress line stays the record if the Event cannot be written.
 func recordEvent(ctx context.Context, client kubernetes.Interface, now time.Time, a rescue.Action, regarding corev1.ObjectReference, failed bool, note string) error {
-	eventType, reason := corev1.EventTypeNormal, eventReason(a.Kind)
+	eventType, reason := corev1.EventTypeNormal, a.Kind.EventReason()
 	if failed {
 		eventType, reason = corev1.EventTypeWarning, "RescueFailed"
 	}
