@@ -16,11 +16,14 @@ func newDemoCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Boot the sandbox and play the seed failure (S1) on the real control plane",
-		Long: `Builds the sandbox control plane if needed (about 5 minutes the first time),
-starts 5 fake nodes in one zone, puts a critical Deployment's pod on node-3, and
-lets nodes 1-4 die. The timeline shows, as it happens, how kube-controller-manager
-puts the zone in PartialDisruption and never moves the pod.
+		Short: "Play the seed failure (S1) on two real control planes, without and with rebound",
+		Long: `Builds the sandbox control plane if needed (about 5 minutes the first time) and
+starts two sandboxes of 5 fake nodes in one zone. In both, a critical Deployment's
+pod runs on node-3 and nodes 1-4 die. In the first only kube-controller-manager
+decides: the zone enters PartialDisruption and the pod is never moved. In the
+second, rebound controller runs too, with its default policy (30 s): the pod is
+replaced on node-0 while the zone is still in PartialDisruption. The timeline
+shows both as they happen, then a table of the time to recovery.
 
 The upstream default timings are used (50 s node grace period, 300 s tolerations),
 so a run takes about 4 minutes; --fast shortens them about fivefold.`,
@@ -36,7 +39,7 @@ so a run takes about 4 minutes; --fast shortens them about fivefold.`,
 		},
 	}
 	cmd.Flags().BoolVar(&opts.Fast, "fast", false, "shortened timings (node grace 12s, tolerations 20s) instead of upstream's defaults")
-	cmd.Flags().DurationVar(&opts.Observe, "observe", 90*time.Second, "how long to watch the stranded pod after its node is NotReady")
+	cmd.Flags().DurationVar(&opts.Observe, "observe", 90*time.Second, "how long the lane without rebound watches the stranded pod after its node is NotReady")
 	cmd.Flags().StringVar(&opts.Dir, "dir", "", "sandbox folder (default: a temporary folder, removed afterwards)")
 	cmd.Flags().BoolVar(&opts.Keep, "keep", false, "keep the temporary sandbox folder (logs) after the run")
 	out.register(cmd)
