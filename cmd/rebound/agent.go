@@ -1,8 +1,177 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"time"
 
-// newAgentCommand is a placeholder; the real command is being written.
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"rebound/internal/agent"
+	"rebound/pkg/peering/bird"
+)
+
 func newAgentCommand() *cobra.Command {
-	return &cobra.Command{Use: "agent", Short: "(not yet available)", Hidden: true}
+	var (
+		opts       agent.Options
+		kubeconfig string
+		address    string
+		version    string
+		as         uint32
+		listenPort uint16
+		healthAddr string
+		logLevel   string
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Keep this node's BIRD peered with the health-aware peer set, and report its BGP sessions",
+		Long: `rebound agent runs on every node, beside BIRD (a DaemonSet, see deploy/agent).
+
+It watches the nodes the controller labels peering.rebound.dev/in-set=true (the
+peer set: nodes NotReady past their grace period are left out), renders this
+node's full mesh among them into a BIRD include file, writes it atomically and
+runs BIRD's "configure". A returning node's BIRD, started in graceful-restart
+recovery (bird -R, as calico-node does), then waits only for live peers instead
+of the 240 s "graceful restart wait" a dead peer costs (Calico issue, seed 003).
+
+BIRD's main configuration must include the file, after everything else:
+
+  include "/etc/bird/rebound/mesh.conf";
+
+and define the filters named by --import-filter/--export-filter, if any.
+
+Safety: a configuration BIRD rejects, or cannot load because it is not
+running, is replaced by the last one it accepted, and the reload is retried
+with backoff; unchanged configuration is never reloaded; bursts of changes
+are debounced. With --bird-binary and --bird-config, a file written while
+BIRD is down that passes BIRD's own parser (bird -p) stays for BIRD's start.
+
+BIRD 1.6 ends its graceful-restart recovery when a reload removes the dead
+peers. BIRD 2 (2.0.12, measured) does not: it keeps waiting for a protocol
+removed or disabled during recovery. With BIRD 2, make sure the set is in
+place before BIRD starts: run "rebound agent --once" first (init container,
+ExecStartPre), or start the agent before BIRD with --bird-binary/--bird-config.
+
+The agent reports its sessions (birdc show protocols) in the annotation
+peering.rebound.dev/sessions of its Node, as timestamped JSON: the controller
+keeps a NotReady node in the set while a session with it is Established.
+
+Probes on --health-addr:
+  /readyz  ready when every peer IN THE SET is Established, or the agent has
+           been up for --ready-after; peers outside the set never hold it back
+  /healthz the work loop is alive`,
+		Example: `  # BIRD 1.6 on the host (deploy/agent)
+  rebound agent --node-name=$NODE_NAME --as 64512 \
+    --bird-socket /run/bird/bird.ctl --mesh-file /etc/bird/rebound/mesh.conf
+
+  # BIRD 2: before BIRD starts, write the current set once ...
+  rebound agent --once --node-name=$NODE_NAME --as 64512 --bird-version 2 \
+    --bird-socket /run/bird/bird.ctl --mesh-file /etc/bird/rebound/mesh.conf \
+    --bird-binary /usr/sbin/bird --bird-config /etc/bird/bird.conf
+  # ... then keep it current; graceful-restart wait 60 s, peers keep routes 120 s
+  rebound agent --node-name=$NODE_NAME --as 64512 --bird-version 2 \
+    --bird-socket /run/bird/bird.ctl --mesh-file /etc/bird/rebound/mesh.conf \
+    --bird-binary /usr/sbin/bird --bird-config /etc/bird/bird.conf \
+    --graceful-restart-time 120 --graceful-restart-wait 60`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Version = bird.Version(version)
+			opts.AS = as
+			opts.ListenPort = listenPort
+			if address != "" {
+				a, err := netip.ParseAddr(address)
+				if err != nil {
+					return fmt.Errorf("--address %q: %w", address, err)
+				}
+				opts.Address = a
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+			}
+			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+			if err := opts.WithDefaults().ValidateFlags(); err != nil {
+				return fmt.Errorf("rebound agent: %w", err)
+			}
+			cfg, err := clientcmd.BuildConfigFromFlags(kubeconfig, "")
+			if err != nil {
+				return fmt.Errorf("kubeconfig: %w (outside a pod, pass --kubeconfig)", err)
+			}
+			if opts.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+				return err
+			}
+			a, err := agent.New(opts)
+			if err != nil {
+				return err
+			}
+			return serveAgent(cmd.Context(), a, healthAddr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty means the pod's service account")
+	f.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	f.StringVar(&version, "bird-version", string(bird.Bird16), "BIRD configuration syntax: 1.6 (calico-node's BIRD) or 2")
+	f.StringVar(&opts.MeshPath, "mesh-file", "", "absolute path of the include file to write; BIRD's configuration must include it last")
+	f.StringVar(&opts.Socket, "bird-socket", "", "BIRD's control socket (bird -s), e.g. /var/run/calico/bird.ctl")
+	f.StringVar(&opts.BirdBinary, "bird-binary", "", "BIRD daemon binary; with --bird-config, a file written while BIRD is down is checked with bird -p and left in place for BIRD's start")
+	f.StringVar(&opts.BirdConfig, "bird-config", "", "BIRD's main configuration (the one that includes --mesh-file), for the --bird-binary check")
+	f.BoolVar(&opts.Once, "once", false, "apply the peer set once and exit: run before BIRD starts (init container, ExecStartPre) so BIRD starts with the current set")
+	f.StringVar(&opts.Birdc, "birdc", "", "run this birdc binary (birdc -s SOCKET configure) instead of speaking the socket protocol directly")
+	f.Uint32Var(&as, "as", 0, "local AS number of the mesh (Calico's default is 64512)")
+	f.StringVar(&address, "address", "", "this node's BGP address; default: its Node's projectcalico.org/IPv4Address, else its InternalIP")
+	f.Uint16Var(&listenPort, "listen-port", 0, "listen for BGP on --address and this port only (several BIRDs on one host); 0 keeps BIRD's default, port 179 everywhere")
+	f.IntVar(&opts.GracefulRestartTime, "graceful-restart-time", bird.DefaultGracefulRestartTime, "seconds peers keep this node's routes while it restarts (BIRD's per-peer graceful restart time, Calico's nodeMeshMaxRestartTime)")
+	f.IntVar(&opts.GracefulRestartWait, "graceful-restart-wait", bird.DefaultGracefulRestartWait, "longest time BIRD in graceful-restart recovery (bird -R) waits for peers before it programs routes (BIRD's global graceful restart wait)")
+	f.StringVar(&opts.ImportFilter, "import-filter", "", "BIRD filter for routes from peers (Calico: calico_import_from_bgp_peers); empty means all")
+	f.StringVar(&opts.ExportFilter, "export-filter", "", "BIRD filter for routes to peers (Calico: calico_export_to_bgp_peers); empty means all")
+	f.DurationVar(&opts.Debounce, "debounce", agent.DefaultDebounce, "collect changes of the peer set this long before one reload")
+	f.DurationVar(&opts.RetryInterval, "retry-interval", agent.DefaultRetryInterval, "first wait after a failed reload; doubles up to --max-retry-interval")
+	f.DurationVar(&opts.MaxRetryInterval, "max-retry-interval", agent.DefaultMaxRetryInterval, "longest wait between reload attempts")
+	f.DurationVar(&opts.StatusInterval, "status-interval", agent.DefaultStatusInterval, "how often to read BIRD's sessions (show protocols)")
+	f.DurationVar(&opts.ReportInterval, "report-interval", agent.DefaultReportInterval, "refresh the session report at least this often; keep it well below the controller's --session-report-max-age")
+	f.DurationVar(&opts.ReadyAfter, "ready-after", agent.DefaultReadyAfter, "report ready after this long up even if peers in the set are not Established")
+	f.StringVar(&healthAddr, "health-addr", ":9810", "address of /readyz and /healthz; empty disables them")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+// serveAgent runs the agent and, when addr is set, its probe server, until
+// ctx ends or either fails.
+func serveAgent(ctx context.Context, a *agent.Agent, addr string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	if addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("--health-addr %s: %w", addr, err)
+		}
+		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("probe server on %s: %w", addr, err)
+			}
+		}()
+		defer func() {
+			shutdown, done := context.WithTimeout(context.Background(), 5*time.Second)
+			defer done()
+			_ = srv.Shutdown(shutdown)
+		}()
+	}
+	go func() { errc <- a.Run(ctx) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return <-errc
+	}
 }

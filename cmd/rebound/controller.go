@@ -7,12 +7,14 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"rebound/internal/controller"
+	"rebound/pkg/peering/calico"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
 )
@@ -26,6 +28,13 @@ func newControllerCommand() *cobra.Command {
 		namespace  string
 		logFormat  string
 		verbosity  int
+
+		peeringOn     bool
+		peeringOpts   controller.PeeringOptions
+		peeringNodes  string
+		calicoOn      bool
+		calicoRestart time.Duration
+		noRecovery    bool
 	)
 	zc := zone.DefaultConfig()
 	cmd := &cobra.Command{
@@ -76,10 +85,36 @@ upstream eviction.`,
 			if err != nil {
 				return err
 			}
-			if err := controller.SetupRecovery(mgr, recOpts); err != nil {
-				return err
+			if !noRecovery {
+				if err := controller.SetupRecovery(mgr, recOpts); err != nil {
+					return err
+				}
 			}
-			logger.Info("starting rebound controller", "dryRun", recOpts.DryRun, "leaderElect", mgrOpts.LeaderElect, "stopSwitch", recOpts.StopSwitch.String())
+			if peeringOn {
+				if err := peeringOpts.Config.Validate(); err != nil {
+					return err
+				}
+				if peeringNodes != "" {
+					sel, err := labels.Parse(peeringNodes)
+					if err != nil {
+						return fmt.Errorf("--peering-node-selector %q: %w", peeringNodes, err)
+					}
+					peeringOpts.NodeSelector = sel
+				}
+				if calicoOn {
+					peeringOpts.Calico = &calico.PeerOptions{MaxRestartTime: calicoRestart}
+					if err := peeringOpts.Calico.Validate(); err != nil {
+						return err
+					}
+				}
+				peeringOpts.DryRun = recOpts.DryRun
+				peeringOpts.State.Namespace = namespace
+				if err := controller.SetupPeering(mgr, peeringOpts); err != nil {
+					return err
+				}
+			}
+			logger.Info("starting rebound controller", "recovery", !noRecovery, "peering", peeringOn, "calico", calicoOn,
+				"dryRun", recOpts.DryRun, "leaderElect", mgrOpts.LeaderElect, "stopSwitch", recOpts.StopSwitch.String())
 			return mgr.Start(cmd.Context())
 		},
 	}
@@ -97,6 +132,16 @@ upstream eviction.`,
 	f.Int32Var(&zc.LargeClusterSizeThreshold, "large-cluster-size-threshold", zc.LargeClusterSizeThreshold, "kube-controller-manager's --large-cluster-size-threshold")
 	f.Float64Var(&zc.EvictionLimiterQPS, "node-eviction-rate", zc.EvictionLimiterQPS, "kube-controller-manager's --node-eviction-rate")
 	f.Float64Var(&zc.SecondaryEvictionLimiterQPS, "secondary-node-eviction-rate", zc.SecondaryEvictionLimiterQPS, "kube-controller-manager's --secondary-node-eviction-rate")
+	f.BoolVar(&noRecovery, "no-recovery", false, "do not run the recovery controller (for a peering-only deployment)")
+	f.BoolVar(&peeringOn, "peering", false, "run the BGP peering controller: publish the health-aware peer set as the node label peering.rebound.dev/in-set (read by `rebound agent`)")
+	f.DurationVar(&peeringOpts.Config.PruneGracePeriod, "peering-prune-grace-period", 0, "how long a node must be NotReady, with no Established session, before it leaves the mesh (0: 40s)")
+	f.DurationVar(&peeringOpts.Config.FlapWindow, "peering-flap-window", 0, "how long a removal counts for flap damping (0: 10m)")
+	f.DurationVar(&peeringOpts.Config.MaxPruneGracePeriod, "peering-max-prune-grace-period", 0, "cap of the grace period stretched by flap damping (0: 5m)")
+	f.BoolVar(&peeringOpts.Config.Disabled, "peering-keep-all", false, "global opt-out: keep every node in the mesh (labels are still published)")
+	f.StringVar(&peeringNodes, "peering-node-selector", "", "label selector of the nodes that run BGP (default: all nodes)")
+	f.DurationVar(&peeringOpts.SessionReportMaxAge, "peering-session-report-max-age", 0, "ignore agents' BGP session reports older than this (0: 3m)")
+	f.BoolVar(&calicoOn, "calico", false, "with --peering: also publish a Calico BGPPeer (crd.projectcalico.org) that meshes the nodes of the set; see docs/peering-calico.md for turning Calico's node-to-node mesh off")
+	f.DurationVar(&calicoRestart, "calico-max-restart-time", 0, "with --calico: the BGPPeer's maxRestartTime (BIRD's per-peer graceful restart time; 0 keeps Calico's 120s)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 = actions and errors, higher = more)")
 	return cmd

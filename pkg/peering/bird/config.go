@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // Version selects the configuration syntax.
@@ -200,6 +201,12 @@ type StandaloneConfig struct {
 	Routes []netip.Prefix
 	// Kernel, when set, adds a kernel protocol with graceful restart.
 	Kernel *KernelConfig
+	// MeshInclude, when set, is the absolute path of a mesh include file
+	// (what `rebound agent` writes with RenderMesh): the configuration
+	// includes it instead of rendering Mesh.Peers inline. Mesh still gives
+	// the node name, address, version and listen port, and the include
+	// must be rendered with the same ListenPort.
+	MeshInclude string
 }
 
 // Validate checks the standalone fields, then the mesh.
@@ -225,6 +232,13 @@ func (c StandaloneConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %s: want an IPv4 prefix", field, r))
 		case r != r.Masked():
 			errs = append(errs, fmt.Errorf("%s %s: host bits set, want %s", field, r, r.Masked()))
+		}
+	}
+	if c.MeshInclude != "" {
+		if err := checkText("meshInclude", c.MeshInclude); err != nil {
+			errs = append(errs, err)
+		} else if !strings.HasPrefix(c.MeshInclude, "/") {
+			errs = append(errs, fmt.Errorf("meshInclude %q: want an absolute path (BIRD resolves a relative one against its working directory)", c.MeshInclude))
 		}
 	}
 	if err := c.Mesh.Validate(); err != nil {

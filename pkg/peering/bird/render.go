@@ -63,6 +63,8 @@ type standaloneView struct {
 	RouterID netip.Addr
 	Routes   []netip.Prefix
 	Kernel   *KernelConfig
+	// MeshInclude replaces the inline mesh with an include of this file.
+	MeshInclude string
 }
 
 // RenderMesh renders the node's mesh as a BIRD include file: the global
@@ -90,6 +92,8 @@ func RenderStandalone(c StandaloneConfig) ([]byte, error) {
 		RouterID: c.RouterID,
 		Routes:   slices.Clone(c.Routes),
 		Kernel:   c.Kernel,
+
+		MeshInclude: c.MeshInclude,
 	}
 	if !v.RouterID.IsValid() {
 		v.RouterID = c.Mesh.Address

@@ -23,6 +23,7 @@ type goldenCase struct {
 	name       string
 	version    bird.Version
 	standalone bool // a complete config; otherwise an include
+	includes   bool // a complete config that includes /etc/rebound/mesh.conf
 	render     func(bird.Version) ([]byte, error)
 }
 
@@ -91,6 +92,11 @@ var goldenCases = func() []goldenCase {
 			goldenCase{name: tag + "_standalone_kernel", version: v, standalone: true, render: func(v bird.Version) ([]byte, error) {
 				return bird.RenderStandalone(loopbackNode(v, &bird.KernelConfig{Export: true}))
 			}},
+			goldenCase{name: tag + "_standalone_include", version: v, standalone: true, includes: true, render: func(v bird.Version) ([]byte, error) {
+				c := loopbackNode(v, &bird.KernelConfig{Export: true})
+				c.MeshInclude = "/etc/rebound/mesh.conf"
+				return bird.RenderStandalone(c)
+			}},
 		)
 	}
 	return cases
@@ -147,6 +153,28 @@ func TestGoldenFilesParseWithBIRD(t *testing.T) {
 			path, err := filepath.Abs(goldenPath(tc.name))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.includes {
+				// Point the include at a real mesh file of the same node.
+				mesh := loopbackNode(tc.version, nil).Mesh
+				out, err := bird.RenderMesh(mesh)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dir := t.TempDir()
+				meshPath := filepath.Join(dir, "mesh.conf")
+				golden, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				main := filepath.Join(dir, "bird.conf")
+				if err := os.WriteFile(meshPath, out, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(main, bytes.ReplaceAll(golden, []byte("/etc/rebound/mesh.conf"), []byte(meshPath)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				path = main
 			}
 			if !tc.standalone {
 				main := filepath.Join(t.TempDir(), "bird.conf")
@@ -235,6 +263,8 @@ func TestRenderStandaloneRejectsInvalidConfig(t *testing.T) {
 		{"IPv6 route", func(c *bird.StandaloneConfig) { c.Routes[0] = netip.MustParsePrefix("fd00::/64") }, "routes[0]"},
 		{"IPv6 router id", func(c *bird.StandaloneConfig) { c.RouterID = addr("fd00::1") }, "routerID"},
 		{"bad mesh field", func(c *bird.StandaloneConfig) { c.Mesh.NodeName = "x{" }, "nodeName"},
+		{"relative include", func(c *bird.StandaloneConfig) { c.MeshInclude = "mesh.conf" }, "meshInclude"},
+		{"include with a quote", func(c *bird.StandaloneConfig) { c.MeshInclude = `/a"; protocol x {` }, "meshInclude"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

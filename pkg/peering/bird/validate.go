@@ -97,6 +97,11 @@ func filterClause(name string) string {
 	return "filter " + name
 }
 
+// ProtocolName is the name of the BGP protocol the mesh renders for a peer:
+// Calico's Mesh_ and the address with dots replaced by underscores
+// (Mesh_10_0_0_2). `show protocols` lists sessions under this name.
+func ProtocolName(a netip.Addr) string { return protocolName(a) }
+
 // protocolName is Calico's mesh protocol name: Mesh_ and the address with
 // dots replaced by underscores (Mesh_10_0_0_2).
 func protocolName(a netip.Addr) string {

@@ -1,0 +1,54 @@
+// Command rebound-bench measures rebound's scenarios with real daemons and
+// prints tables of the results.
+//
+//	go run ./cmd/rebound-bench s4 [flags]
+//
+// s4: BGP recovery of a returning node (seed 003) with and without the
+// health-aware peer set, for several cluster sizes, with real BIRD.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "s4":
+		err = runS4(ctx, os.Args[2:])
+	case "-h", "--help", "help":
+		usage()
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "rebound-bench: unknown benchmark %q\n\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rebound-bench:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `Usage: rebound-bench BENCHMARK [flags]
+
+Benchmarks:
+  s4   recovery time of a BGP node returning while half the nodes are dead
+       (BIRD graceful restart, seed 003), with and without rebound's peer
+       set, for 3, 10 and 30 nodes. Needs BIRD (hack/install-bird.sh); as
+       root it also measures the kernel routing table in network namespaces.
+       Run "rebound-bench s4 -h" for its flags.
+`)
+}

@@ -1,0 +1,245 @@
+// Package agent is `rebound agent`: one per node, beside BIRD. It renders
+// this node's BGP mesh from the peer set the controller publishes, keeps
+// BIRD's configuration in step with it, reports the node's BGP sessions
+// back to the controller, and answers readiness probes without being held
+// back by peers that are not in the set.
+//
+// How the pieces talk (all through the Kubernetes API, see pkg/peering):
+//
+//	controller --label peering.rebound.dev/in-set=true--> Node objects --watch--> agent
+//	agent --annotation peering.rebound.dev/sessions (JSON, timestamped)--> own Node --> controller
+//
+// The agent watches only the nodes that carry the label (a label-selected
+// informer: its cache is the set), so leaving the set is a watch event like
+// joining it. Each change is debounced, rendered with pkg/peering/bird,
+// written atomically (temporary file and rename) only when the bytes
+// differ, and loaded with BIRD's `configure`; a configuration BIRD rejects,
+// or cannot load because it is not running, is replaced by the last one it
+// accepted, so a BIRD (re)start always finds a configuration that works.
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"rebound/pkg/peering/bird"
+)
+
+// Defaults of the timing options.
+const (
+	DefaultDebounce         = time.Second
+	DefaultRetryInterval    = time.Second
+	DefaultMaxRetryInterval = 30 * time.Second
+	DefaultStatusInterval   = 5 * time.Second
+	DefaultReportInterval   = time.Minute
+	// DefaultReadyAfter is how long the agent waits for the peers in the
+	// set before it reports ready anyway: a peer that is in the set but
+	// cannot connect (kept by the keep-in-mesh label, or within its prune
+	// grace period) must not keep this node out of service for ever.
+	DefaultReadyAfter = 3 * time.Minute
+)
+
+// Options configure an agent. Validate names any bad field by its flag.
+type Options struct {
+	// NodeName is this node's Kubernetes name (--node-name).
+	NodeName string
+	// Client talks to the API server.
+	Client kubernetes.Interface
+
+	// Version selects the BIRD syntax (--bird-version).
+	Version bird.Version
+	// MeshPath is the include file to write (--mesh-file); BIRD's main
+	// configuration must include it, last.
+	MeshPath string
+	// Socket is BIRD's control socket (--bird-socket).
+	Socket string
+	// Birdc, when set, runs that birdc binary instead of speaking the
+	// control socket protocol directly (--birdc).
+	Birdc string
+	// BirdBinary and BirdConfig, when both set, let the agent check a new
+	// file with BIRD's own parser (`bird -p -c BirdConfig`) while BIRD is
+	// not running, and leave it in place for BIRD's start (--bird-binary,
+	// --bird-config). Without them a file BIRD has not loaded is rolled
+	// back to the last one it accepted.
+	BirdBinary string
+	BirdConfig string
+	// Once applies the set a single time and returns (--once): run it
+	// before BIRD starts (an init container, ExecStartPre) so that BIRD
+	// starts with the current set.
+	Once bool
+	// AS is the local AS number (--as).
+	AS uint32
+	// Address is this node's BGP address (--address); unset means the
+	// node's own, read from its Node object as the controller reads it.
+	Address netip.Addr
+	// ListenPort makes BIRD listen on Address:ListenPort only (--listen-port);
+	// 0 keeps BIRD's default (port 179 on every address).
+	ListenPort uint16
+	// GracefulRestartTime is the per-peer restart time, seconds
+	// (--graceful-restart-time); GracefulRestartWait the global wait of a
+	// BIRD in graceful-restart recovery (--graceful-restart-wait).
+	GracefulRestartTime int
+	GracefulRestartWait int
+	// ImportFilter and ExportFilter name BIRD filters defined in the main
+	// configuration (--import-filter, --export-filter).
+	ImportFilter string
+	ExportFilter string
+
+	// Debounce collects changes of the set for this long before one reload
+	// (--debounce). RetryInterval is the first wait after a failed reload,
+	// doubled up to MaxRetryInterval.
+	Debounce         time.Duration
+	RetryInterval    time.Duration
+	MaxRetryInterval time.Duration
+	// StatusInterval is how often BIRD's sessions are read (--status-interval).
+	StatusInterval time.Duration
+	// ReportInterval is the longest time between two session reports when
+	// nothing changes (--report-interval); the controller drops reports
+	// older than its --session-report-max-age, which must be longer.
+	ReportInterval time.Duration
+	// ReadyAfter: past this much time since the agent started, it is ready
+	// even if peers in the set are not Established (--ready-after).
+	ReadyAfter time.Duration
+
+	// Clock is injected for tests; nil means the real clock.
+	Clock clock.WithTicker
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Control replaces the BIRD client built from Socket and Birdc (tests).
+	Control Control
+}
+
+// WithDefaults fills zero fields that have defaults.
+func (o Options) WithDefaults() Options {
+	if o.Version == "" {
+		o.Version = bird.Bird16
+	}
+	if o.GracefulRestartTime == 0 {
+		o.GracefulRestartTime = bird.DefaultGracefulRestartTime
+	}
+	if o.GracefulRestartWait == 0 {
+		o.GracefulRestartWait = bird.DefaultGracefulRestartWait
+	}
+	defaults := []struct {
+		d *time.Duration
+		v time.Duration
+	}{
+		{&o.Debounce, DefaultDebounce},
+		{&o.RetryInterval, DefaultRetryInterval},
+		{&o.MaxRetryInterval, DefaultMaxRetryInterval},
+		{&o.StatusInterval, DefaultStatusInterval},
+		{&o.ReportInterval, DefaultReportInterval},
+		{&o.ReadyAfter, DefaultReadyAfter},
+	}
+	for _, d := range defaults {
+		if *d.d == 0 {
+			*d.d = d.v
+		}
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Control == nil {
+		o.Control = bird.Client{Socket: o.Socket, Birdc: o.Birdc}
+	}
+	return o
+}
+
+// Validate reports every invalid option at once, each named by its flag.
+func (o Options) Validate() error {
+	err := o.ValidateFlags()
+	if o.Client == nil {
+		err = errors.Join(err, errors.New("no Kubernetes client (--kubeconfig, or run in a pod)"))
+	}
+	return err
+}
+
+// ValidateFlags checks everything but the client: the command line checks
+// it before it connects anywhere.
+func (o Options) ValidateFlags() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if o.NodeName == "" {
+		add("--node-name: required (in a DaemonSet, set it from spec.nodeName)")
+	}
+	switch o.Version {
+	case bird.Bird16, bird.Bird2:
+	default:
+		add("--bird-version %q: want %q or %q", o.Version, bird.Bird16, bird.Bird2)
+	}
+	if o.MeshPath == "" || !filepath.IsAbs(o.MeshPath) {
+		add("--mesh-file %q: want the absolute path of the include file BIRD's configuration includes", o.MeshPath)
+	}
+	if c, ok := o.Control.(bird.Client); (ok || o.Control == nil) && c.Socket == "" && o.Socket == "" {
+		add("--bird-socket: required (BIRD's control socket, bird -s)")
+	}
+	if o.AS == 0 {
+		add("--as: required, 1..4294967295")
+	}
+	if (o.BirdBinary == "") != (o.BirdConfig == "") {
+		add("--bird-binary and --bird-config: give both or neither")
+	}
+	if o.Address.IsValid() && !o.Address.Is4() {
+		add("--address %s: want an IPv4 address", o.Address)
+	}
+	if o.GracefulRestartTime < 0 || o.GracefulRestartTime > bird.MaxGracefulRestartTime {
+		add("--graceful-restart-time %d: want 1..%d seconds", o.GracefulRestartTime, bird.MaxGracefulRestartTime)
+	}
+	if o.GracefulRestartWait < 0 || o.GracefulRestartWait > bird.MaxGracefulRestartWait {
+		add("--graceful-restart-wait %d: want 1..%d seconds", o.GracefulRestartWait, bird.MaxGracefulRestartWait)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--debounce", o.Debounce}, {"--retry-interval", o.RetryInterval}, {"--max-retry-interval", o.MaxRetryInterval},
+		{"--status-interval", o.StatusInterval}, {"--report-interval", o.ReportInterval}, {"--ready-after", o.ReadyAfter},
+	} {
+		if d.v < 0 {
+			add("%s %v: must not be negative", d.flag, d.v)
+		}
+	}
+	if o.MaxRetryInterval > 0 && o.RetryInterval > o.MaxRetryInterval {
+		add("--retry-interval %v is above --max-retry-interval %v", o.RetryInterval, o.MaxRetryInterval)
+	}
+	if o.ReportInterval > 0 && o.StatusInterval > o.ReportInterval {
+		add("--status-interval %v is above --report-interval %v: reports could not be refreshed in time", o.StatusInterval, o.ReportInterval)
+	}
+	if len(errs) == 0 {
+		// The mesh fields are checked by the renderer itself, with a
+		// placeholder address when the real one comes from the Node.
+		m := o.meshBase()
+		if !m.Address.IsValid() {
+			m.Address = netip.AddrFrom4([4]byte{192, 0, 2, 1})
+		}
+		if err := m.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// meshBase is the mesh configuration without peers.
+func (o Options) meshBase() bird.MeshConfig {
+	return bird.MeshConfig{
+		Version:             o.Version,
+		NodeName:            o.NodeName,
+		Address:             o.Address,
+		AS:                  o.AS,
+		GracefulRestartTime: o.GracefulRestartTime,
+		GracefulRestartWait: o.GracefulRestartWait,
+		ListenPort:          o.ListenPort,
+		ImportFilter:        o.ImportFilter,
+		ExportFilter:        o.ExportFilter,
+	}
+}

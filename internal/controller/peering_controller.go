@@ -1,0 +1,240 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"rebound/pkg/peering"
+	"rebound/pkg/peering/calico"
+)
+
+var (
+	peerSetSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_peering_set_size",
+		Help: "Nodes in the published BGP peer set.",
+	}, []string{"controller"})
+	peerSetChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rebound_peering_changes_total",
+		Help: "Nodes added to or removed from the published BGP peer set, by kind.",
+	}, []string{"controller", "kind"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(peerSetSize, peerSetChanges)
+}
+
+// PeeringReconciler publishes the health-aware BGP peer set: snapshot of
+// the nodes (and the agents' session reports), peering.Plan, then the node
+// label peering.rebound.dev/in-set on every selected node, the Calico
+// BGPPeer when configured, the planner's state in a ConfigMap, an Event per
+// change, and a requeue at the plan's next check.
+type PeeringReconciler struct {
+	client   client.Client
+	reader   client.Reader // uncached: the state ConfigMap, Calico objects
+	recorder events.EventRecorder
+	opts     PeeringOptions
+
+	mu        sync.Mutex
+	state     *peering.State // nil until loaded from the ConfigMap
+	savedJSON string         // what the ConfigMap holds
+	last      peering.Result // the last plan, for Plan() and tests
+}
+
+// peeringKey is the one key: the set is one decision over all nodes.
+var peeringKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "peer-set"}}
+
+// SetupPeering registers the peering controller with the manager. Invalid
+// options fail here, naming the field.
+func SetupPeering(mgr ctrl.Manager, opts PeeringOptions) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	opts = opts.withDefaults()
+	r := &PeeringReconciler{
+		client:   mgr.GetClient(),
+		reader:   mgr.GetAPIReader(),
+		recorder: mgr.GetEventRecorder("rebound-" + opts.Name),
+		opts:     opts,
+	}
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{peeringKey}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(opts.Name).
+		Watches(&corev1.Node{}, all, builder.WithPredicates(peeringRelevantChange())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(r)
+}
+
+// Reconcile: snapshot, plan, apply, requeue at the next check. The state
+// ConfigMap is written before the labels, so that it is always at least as
+// new as what was published; labels are level-triggered and converge on
+// the next run if a patch fails.
+func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx).WithValues("controller", r.opts.Name)
+	now := r.opts.Clock.Now()
+
+	var list corev1.NodeList
+	if err := r.client.List(ctx, &list); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
+	}
+	nodes, staleAt := peeringSnapshot(list.Items, r.opts.NodeSelector, now, r.opts.SessionReportMaxAge)
+	for _, err := range peering.ValidateNodes(nodes) {
+		log.V(1).Info("node cannot be planned normally", "detail", err.Error())
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state == nil {
+		st, err := loadPeeringState(ctx, r.reader, r.opts.State, list.Items)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		r.state = &st
+		data, _ := json.Marshal(st)
+		r.savedJSON = string(data)
+		log.Info("peering state loaded", "configMap", r.opts.State.String(), "nodes", len(st.Nodes))
+	}
+
+	res := peering.Plan(peering.Input{Nodes: nodes, State: *r.state, Config: r.opts.Config}, now)
+	r.last = res
+	peerSetSize.WithLabelValues(r.opts.Name).Set(float64(len(res.Peers)))
+
+	var errs []error
+	if data, _ := json.Marshal(res.State); string(data) != r.savedJSON {
+		if err := savePeeringState(ctx, r.reader, r.client, r.opts.State, res.State, res.PeerNames()); err != nil {
+			// Do not publish what could not be recorded: the next run
+			// plans again from the old state.
+			return ctrl.Result{}, err
+		}
+		r.savedJSON = string(data)
+	}
+	st := res.State
+	r.state = &st
+
+	for _, c := range res.Changes {
+		peerSetChanges.WithLabelValues(r.opts.Name, string(c.Kind)).Inc()
+		log.Info("peer set change", "node", c.Name, "change", c.Kind, "reason", c.Reason, "detail", c.Message, "dryRun", r.opts.DryRun)
+	}
+	if !r.opts.DryRun {
+		errs = append(errs, r.publishLabels(ctx, log, list.Items, res)...)
+		if r.opts.Calico != nil {
+			if err := r.publishCalico(ctx, log); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+
+	next := res.NextCheck
+	if !staleAt.IsZero() && (next.IsZero() || staleAt.Before(next)) {
+		next = staleAt
+	}
+	out := ctrl.Result{}
+	if !next.IsZero() {
+		out.RequeueAfter = max(next.Sub(r.opts.Clock.Now()), 100*time.Millisecond)
+	}
+	return out, kerrors.NewAggregate(errs)
+}
+
+// publishLabels sets peering.rebound.dev/in-set to "true" or "false" on
+// every planned node whose label differs, with an Event for each change.
+func (r *PeeringReconciler) publishLabels(ctx context.Context, log logr.Logger, nodes []corev1.Node, res peering.Result) []error {
+	decisions := make(map[string]peering.Decision, len(res.Decisions))
+	for _, d := range res.Decisions {
+		decisions[d.Name] = d
+	}
+	var errs []error
+	for i := range nodes {
+		n := &nodes[i]
+		d, planned := decisions[n.Name]
+		if !planned {
+			continue
+		}
+		want := "false"
+		if d.InSet {
+			want = "true"
+		}
+		if n.Labels[peering.LabelInSet] == want {
+			continue
+		}
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, peering.LabelInSet, want)
+		if err := r.client.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("label node %s %s=%s: %w", n.Name, peering.LabelInSet, want, err))
+			}
+			continue
+		}
+		reason, note := "PeerSetRemoved", "left out of the BGP peer set: "+d.Message
+		if d.InSet {
+			reason, note = "PeerSetAdded", "in the BGP peer set: "+d.Message
+		}
+		typ := corev1.EventTypeNormal
+		if !d.InSet {
+			typ = corev1.EventTypeWarning
+		}
+		r.recorder.Eventf(n, nil, typ, reason, "PublishPeerSet", "%s", note)
+		log.Info("peer set published", "node", n.Name, peering.LabelInSet, want, "reason", d.Reason)
+	}
+	return errs
+}
+
+// publishCalico makes sure the BGPPeer that meshes the set exists with the
+// wanted spec. It never touches the BGPConfiguration: switching Calico's
+// own node-to-node mesh off is the operator's step of the migration.
+func (r *PeeringReconciler) publishCalico(ctx context.Context, log logr.Logger) error {
+	want := calico.BGPPeer(*r.opts.Calico)
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(calico.BGPPeerGVK)
+	err := r.reader.Get(ctx, client.ObjectKey{Name: want.GetName()}, got)
+	switch {
+	case meta.IsNoMatchError(err):
+		return fmt.Errorf("calico backend: the API server does not serve %s: install Calico's CRDs or drop the Calico option: %w", calico.BGPPeerGVK, err)
+	case apierrors.IsNotFound(err):
+		if err := r.client.Create(ctx, want); err != nil {
+			return fmt.Errorf("calico backend: create BGPPeer %s: %w", want.GetName(), err)
+		}
+		log.Info("Calico BGPPeer created", "name", want.GetName(), "selector", calico.InSetSelector)
+		return nil
+	case err != nil:
+		return fmt.Errorf("calico backend: read BGPPeer %s: %w", want.GetName(), err)
+	}
+	if calico.SpecEqual(got, want) {
+		return nil
+	}
+	spec, _, _ := unstructured.NestedMap(want.Object, "spec")
+	if err := unstructured.SetNestedMap(got.Object, spec, "spec"); err != nil {
+		return err
+	}
+	if err := r.client.Update(ctx, got); err != nil {
+		return fmt.Errorf("calico backend: update BGPPeer %s: %w", want.GetName(), err)
+	}
+	log.Info("Calico BGPPeer updated", "name", want.GetName())
+	return nil
+}
+
+// LastPlan returns the last plan, for diagnostics and tests.
+func (r *PeeringReconciler) LastPlan() peering.Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}

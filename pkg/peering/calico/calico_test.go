@@ -1,0 +1,53 @@
+package calico
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBGPPeerSelectsTheSetOnBothEnds(t *testing.T) {
+	p := BGPPeer(PeerOptions{MaxRestartTime: 90 * time.Second})
+	if p.GetAPIVersion() != "crd.projectcalico.org/v1" || p.GetKind() != "BGPPeer" || p.GetName() != DefaultPeerName {
+		t.Fatalf("object = %s %s %s", p.GetAPIVersion(), p.GetKind(), p.GetName())
+	}
+	spec := p.Object["spec"].(map[string]any)
+	want := "peering.rebound.dev/in-set == 'true'"
+	if spec["nodeSelector"] != want || spec["peerSelector"] != want || spec["maxRestartTime"] != "90s" {
+		t.Errorf("spec = %v", spec)
+	}
+	if _, ok := BGPPeer(PeerOptions{}).Object["spec"].(map[string]any)["maxRestartTime"]; ok {
+		t.Error("maxRestartTime set without being asked: Calico's default must stay")
+	}
+	if !SpecEqual(p, BGPPeer(PeerOptions{MaxRestartTime: 90 * time.Second})) || SpecEqual(p, BGPPeer(PeerOptions{})) {
+		t.Error("SpecEqual does not compare specs")
+	}
+}
+
+func TestPeerOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		o     PeerOptions
+		field string
+	}{
+		{PeerOptions{Name: "Bad_Name"}, "name"},
+		{PeerOptions{MaxRestartTime: -time.Second}, "maxRestartTime"},
+		{PeerOptions{MaxRestartTime: 5000 * time.Second}, "maxRestartTime"},
+		{PeerOptions{MaxRestartTime: 1500 * time.Millisecond}, "whole seconds"},
+	} {
+		if err := tc.o.Validate(); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%+v: error %v does not name %s", tc.o, err, tc.field)
+		}
+	}
+	if err := (PeerOptions{Name: "rebound-peer-set", MaxRestartTime: 2 * time.Minute}).Validate(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestMeshEnabled(t *testing.T) {
+	if !MeshEnabled(nil) {
+		t.Error("no BGPConfiguration: Calico's default is the mesh on")
+	}
+	if MeshEnabled(BGPConfiguration(false)) || !MeshEnabled(BGPConfiguration(true)) {
+		t.Error("MeshEnabled does not read spec.nodeToNodeMeshEnabled")
+	}
+}

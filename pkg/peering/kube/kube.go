@@ -1,0 +1,95 @@
+// Package kube reads what the peering planner and the agent need from
+// Kubernetes Node objects: the BGP address and port, readiness, the
+// published membership and the agent's session report. The controller
+// and the agent share it so that they can never read a node differently.
+package kube
+
+import (
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"rebound/pkg/peering"
+)
+
+// BGPAddress returns the node's BGP address: Calico's
+// projectcalico.org/IPv4Address annotation (prefix length dropped) when it
+// is a valid IPv4 address, else the first IPv4 InternalIP. The zero Addr
+// means none.
+func BGPAddress(n *corev1.Node) netip.Addr {
+	if v := n.Annotations[peering.AnnotationCalicoIPv4]; v != "" {
+		host, _, _ := strings.Cut(v, "/")
+		if a, err := netip.ParseAddr(host); err == nil && a.Is4() {
+			return a
+		}
+	}
+	for _, addr := range n.Status.Addresses {
+		if addr.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if a, err := netip.ParseAddr(addr.Address); err == nil && a.Unmap().Is4() {
+			return a.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+// BGPPort returns the port in the node's peering.rebound.dev/bgp-port
+// annotation, or 0 (BGP's 179) when it is missing or not a port number.
+func BGPPort(n *corev1.Node) uint16 {
+	p, err := strconv.ParseUint(n.Annotations[peering.AnnotationBGPPort], 10, 16)
+	if err != nil {
+		return 0
+	}
+	return uint16(p)
+}
+
+// Ready returns whether the node's Ready condition is True and when that
+// condition last changed (zero when the node has no Ready condition).
+func Ready(n *corev1.Node) (bool, time.Time) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
+		}
+	}
+	return false, time.Time{}
+}
+
+// InSet reports whether the node carries peering.rebound.dev/in-set=true.
+func InSet(n *corev1.Node) bool { return n.Labels[peering.LabelInSet] == "true" }
+
+// Report returns the node's session report, and ok=false when there is
+// none, it cannot be parsed, or it is not fresh at now (see
+// SessionReport.Fresh). A dead node's last report stops being fresh
+// maxAge after its agent died.
+func Report(n *corev1.Node, now time.Time, maxAge time.Duration) (peering.SessionReport, bool) {
+	v, found := n.Annotations[peering.AnnotationSessions]
+	if !found {
+		return peering.SessionReport{}, false
+	}
+	r, err := peering.ParseSessionReport(v)
+	if err != nil || !r.Fresh(now, maxAge) {
+		return peering.SessionReport{}, false
+	}
+	return r, true
+}
+
+// PlannerNode turns a Node into the planner's view at now; session
+// reports older than maxAge are dropped.
+func PlannerNode(n *corev1.Node, now time.Time, maxAge time.Duration) peering.Node {
+	ready, since := Ready(n)
+	pn := peering.Node{
+		Name:           n.Name,
+		Address:        BGPAddress(n),
+		Ready:          ready,
+		LastTransition: since,
+		KeepInMesh:     peering.KeepInMeshFromLabels(n.Labels),
+	}
+	if r, ok := Report(n, now, maxAge); ok {
+		pn.Sessions = r.Established()
+	}
+	return pn
+}
