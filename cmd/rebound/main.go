@@ -51,6 +51,6 @@ the failure:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newSandboxCommand(), newDemoCommand(), newControllerCommand(), newAgentCommand(), newRestoreCommand(), newBackupCommand(), newPolicyCommand())
+	root.AddCommand(newVersionCommand(), newSandboxCommand(), newDemoCommand(), newControllerCommand(), newAgentCommand(), newRestoreCommand(), newBackupCommand(), newPolicyCommand(), newDiagnoseCommand())
 	return root
 }

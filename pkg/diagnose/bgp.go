@@ -1,0 +1,225 @@
+package diagnose
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"rebound/pkg/peering"
+	"rebound/pkg/peering/bird"
+	"rebound/pkg/peering/kube"
+)
+
+// explainBGP reads the agents' session reports (the node annotation
+// peering.rebound.dev/sessions, parsed by pkg/peering) and the published
+// peer set (the label peering.rebound.dev/in-set), and explains each
+// membership with the peering planner's own reasons: peering.Plan is run on
+// the nodes with the membership the labels publish (the flap history lives
+// in the controller's ConfigMap, which diagnose does not read).
+func (e *explainer) explainBGP() {
+	b := &e.report.BGP
+	b.Nodes, b.KeptNotReady, b.LeftOut = []BGPNode{}, []BGPMember{}, []BGPMember{}
+
+	names := slices.Sorted(maps.Keys(e.nodes))
+	anyReport, anyLabel := false, false
+	var pnodes []peering.Node
+	st := peering.State{Nodes: map[string]peering.NodeState{}}
+	for _, name := range names {
+		n := e.nodes[name].node
+		pnodes = append(pnodes, kube.PlannerNode(n, e.now, e.x.SessionReportMaxAge))
+		switch n.Labels[peering.LabelInSet] {
+		case "true":
+			anyLabel = true
+			st.Nodes[name] = peering.NodeState{InSet: true}
+		case "false":
+			anyLabel = true
+			st.Nodes[name] = peering.NodeState{InSet: false}
+		}
+		if _, ok := n.Annotations[peering.AnnotationSessions]; ok {
+			anyReport = true
+		}
+	}
+	switch {
+	case anyReport:
+		b.Status = "Reported"
+	case anyLabel:
+		b.Status = "NoReports"
+		b.Message = fmt.Sprintf("no agent reports found: no node carries the %s annotation (is `rebound agent` running beside BIRD?)", peering.AnnotationSessions)
+	default:
+		b.Status = "NotManaged"
+		b.Message = fmt.Sprintf("no agent reports found, and no node carries the %s label: rebound's BGP peering is not in use", peering.LabelInSet)
+		return
+	}
+
+	res := peering.Plan(peering.Input{Nodes: pnodes, State: st, Config: e.x.Peering}, e.now)
+	decisions := make(map[string]peering.Decision, len(res.Decisions))
+	for _, d := range res.Decisions {
+		decisions[d.Name] = d
+	}
+
+	kept := map[string]BGPMember{}
+	for _, name := range names {
+		ni := e.nodes[name]
+		label := ni.node.Labels[peering.LabelInSet]
+		d := decisions[name]
+		m := BGPMember{Node: name, Ready: ni.ready, Reason: string(d.Reason), Message: d.Message}
+		if !ni.ready {
+			t := ni.since.UTC()
+			m.NotReadySince = &t
+		}
+		switch {
+		case label == "false":
+			switch {
+			case d.InSet:
+				m.Message = fmt.Sprintf("labelled out, but the peering planner takes it back (%s): the peering controller re-adds it on its next pass; if this lasts, check that it runs", d.Message)
+			case d.Reason == peering.OutNotReady:
+				m.Message = fmt.Sprintf("NotReady since %s: left out of the mesh after the prune grace period", stamp(ni.since))
+			}
+			b.LeftOut = append(b.LeftOut, m)
+			e.add(Finding{Impact: ImpactInfo, Kind: "BGPLeftOut", Object: "Node " + name,
+				Cause: fmt.Sprintf("left out of the BGP peer set (%s): %s", m.Reason, m.Message), Since: m.NotReadySince})
+		case label == "true" && !ni.ready:
+			if !d.InSet {
+				m.Message = d.Message + ": the peering controller leaves it out on its next pass"
+			}
+			b.KeptNotReady = append(b.KeptNotReady, m)
+			kept[name] = m
+		}
+	}
+
+	waitedFor := map[string]bool{}
+	for _, name := range names {
+		ni := e.nodes[name]
+		v, ok := ni.node.Annotations[peering.AnnotationSessions]
+		if !ok {
+			continue
+		}
+		bn := BGPNode{Node: name, Ready: ni.ready, Waiting: []BGPWait{}}
+		r, err := peering.ParseSessionReport(v)
+		if err != nil {
+			bn.Error = "unreadable report: " + err.Error()
+			bn.Stale = true
+			b.Nodes = append(b.Nodes, bn)
+			continue
+		}
+		bn.ReportTime = r.Time.UTC()
+		bn.Stale = !r.Fresh(e.now, e.x.SessionReportMaxAge)
+		bn.Error = r.Error
+		for _, peer := range slices.Sorted(maps.Keys(r.Sessions)) {
+			state := r.Sessions[peer]
+			if state == "Established" {
+				bn.Established++
+				continue
+			}
+			pi, known := e.nodes[peer]
+			w := BGPWait{Peer: peer, State: state, PeerReady: known && pi.ready}
+			since := ni.since
+			if known {
+				w.PeerInSet = pi.node.Labels[peering.LabelInSet]
+				if pi.since.After(since) {
+					since = pi.since
+				}
+			}
+			w.Since = since.UTC()
+			if m, ok := kept[peer]; ok {
+				w.Reason = m.Reason + ": " + m.Message
+			}
+			bn.Waiting = append(bn.Waiting, w)
+		}
+		b.Nodes = append(b.Nodes, bn)
+		e.bgpNodeFindings(bn, kept, waitedFor)
+	}
+	if len(b.Nodes) > 0 {
+		b.Message = fmt.Sprintf("%d node(s) report their BGP sessions", len(b.Nodes))
+	}
+
+	for _, name := range slices.Sorted(maps.Keys(kept)) {
+		if waitedFor[name] {
+			continue
+		}
+		m := kept[name]
+		e.add(Finding{Impact: ImpactInfo, Kind: "BGPKeptNotReady", Object: "Node " + name,
+			Cause: fmt.Sprintf("NotReady but still in the BGP peer set (%s: %s): a BIRD that restarts now waits for it in graceful-restart recovery", m.Reason, m.Message),
+			Since: m.NotReadySince})
+	}
+}
+
+// bgpNodeFindings turns one agent's report into findings. A NotReady
+// node's last report says nothing about now and gives none.
+func (e *explainer) bgpNodeFindings(bn BGPNode, kept map[string]BGPMember, waitedFor map[string]bool) {
+	obj := "Node " + bn.Node
+	switch {
+	case !bn.Ready:
+		return
+	case bn.Stale:
+		t := bn.ReportTime
+		e.add(Finding{Impact: ImpactInfo, Kind: "BGPReport", Object: obj, Since: &t,
+			Cause: fmt.Sprintf("its agent's BGP report is from %s, older than %s: is `rebound agent` running on %s?", stamp(bn.ReportTime), e.x.SessionReportMaxAge, bn.Node)})
+		return
+	case bn.Error != "":
+		t := bn.ReportTime
+		e.add(Finding{Impact: ImpactPending, Kind: "BGPReport", Object: obj, Since: &t,
+			Cause: fmt.Sprintf("its agent cannot read BIRD: %s", oneLine(bn.Error))})
+		return
+	}
+	for _, w := range bn.Waiting {
+		since := w.Since
+		f := Finding{Kind: "BGPPeerWait", Object: obj, Since: &since}
+		switch m, isKept := kept[w.Peer]; {
+		case isKept:
+			waitedFor[w.Peer] = true
+			head := fmt.Sprintf("BIRD on %s has no session with %s (%s), which is NotReady since %s but still in the peer set (%s: %s)",
+				bn.Node, w.Peer, w.State, stamp(derefTime(m.NotReadySince)), m.Reason, m.Message)
+			readySince := e.nodes[bn.Node].since
+			if up := e.now.Sub(readySince); up < gracefulRestartWait && !readySince.Before(derefTime(m.NotReadySince)) {
+				// The report does not say whether BIRD is in
+				// graceful-restart recovery. A node that came back
+				// within BIRD's default wait most likely is, and it
+				// waits for the peers that died before it came back
+				// (a peer it saw up before it died does not hold it).
+				f.Impact = ImpactBlocking
+				f.Cause = fmt.Sprintf("%s; %s became Ready %s ago, so its BIRD is likely in graceful-restart recovery and programs no routes until %s leaves the set or the graceful-restart wait (%s by default) ends",
+					head, bn.Node, short(up), w.Peer, gracefulRestartWait)
+			} else {
+				f.Impact = ImpactPending
+				f.Cause = head + ": a BIRD that restarts now waits for it in graceful-restart recovery"
+			}
+			f.Rebound = keptAdvice(m)
+		case !w.PeerReady:
+			f.Impact = ImpactPending
+			f.Cause = fmt.Sprintf("BIRD on %s has no session with NotReady %s (%s), which is no longer in the peer set: the agent drops it on its next reload", bn.Node, w.Peer, w.State)
+		default:
+			f.Impact = ImpactPending
+			f.Cause = fmt.Sprintf("BIRD on %s has no session Established yet with Ready peer %s (%s)", bn.Node, w.Peer, w.State)
+		}
+		e.add(f)
+	}
+}
+
+// gracefulRestartWait is BIRD's default global `graceful restart wait`:
+// how long a BIRD in graceful-restart recovery waits for its peers.
+const gracefulRestartWait = bird.DefaultGracefulRestartWait * time.Second
+
+// keptAdvice says what keeps a NotReady node in the set and what to do.
+func keptAdvice(m BGPMember) string {
+	switch peering.Reason(m.Reason) {
+	case peering.InGracePeriod:
+		return "the peering controller leaves it out of the set when its prune grace period ends"
+	case peering.InKeepLabel:
+		return fmt.Sprintf("the label %s=true keeps it in the set: remove the label once the node is confirmed off", peering.LabelKeepInMesh)
+	case peering.InDisabled:
+		return "peer-set pruning is disabled globally, so dead nodes stay in the mesh"
+	case peering.InSessionUp:
+		return "an agent reports a session with it Established, so the peering controller keeps it (it may still forward)"
+	default:
+		return "the peering controller leaves it out on its next pass"
+	}
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}

@@ -1,0 +1,238 @@
+package diagnose
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"syscall"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"rebound/api/v1alpha1"
+	"rebound/pkg/rescue"
+)
+
+// Clients are what Gather reads with. Gather only ever calls List.
+type Clients struct {
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	// Host is the API server's URL, for messages.
+	Host string
+	// Timeout is the per-request timeout, for messages.
+	Timeout time.Duration
+}
+
+// RecoveryPolicies is the RecoveryPolicy resource.
+var RecoveryPolicies = schema.GroupVersionResource{Group: v1alpha1.GroupVersion.Group, Version: v1alpha1.GroupVersion.Version, Resource: "recoverypolicies"}
+
+// pageSize bounds each List response; large clusters are read in pages.
+const pageSize = 500
+
+// Gather lists, cluster-wide and read-only, everything Explain reads:
+// nodes, pods, namespaces, PVCs, ReplicaSets, Deployments, StatefulSets,
+// DaemonSets and RecoveryPolicies. Without the RecoveryPolicy CRD it uses
+// DefaultPolicy and says so in Extra. Any other failure is an *Error whose
+// one-line message says what is wrong (API unreachable, credentials
+// rejected, a list not allowed) and what to do.
+func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Extra, error) {
+	s := rescue.Snapshot{Now: now, Namespaces: map[string]map[string]string{}}
+	var x Extra
+	core, apps := c.Kube.CoreV1(), c.Kube.AppsV1()
+	var err error
+
+	if s.Nodes, err = listAll(ctx, c, "nodes", core.Nodes().List, func(l *corev1.NodeList) ([]corev1.Node, string) { return l.Items, l.Continue }); err != nil {
+		return s, x, err
+	}
+	if s.Pods, err = listAll(ctx, c, "pods", core.Pods("").List, func(l *corev1.PodList) ([]corev1.Pod, string) { return l.Items, l.Continue }); err != nil {
+		return s, x, err
+	}
+	namespaces, err := listAll(ctx, c, "namespaces", core.Namespaces().List, func(l *corev1.NamespaceList) ([]corev1.Namespace, string) { return l.Items, l.Continue })
+	if err != nil {
+		return s, x, err
+	}
+	for _, ns := range namespaces {
+		s.Namespaces[ns.Name] = ns.Labels
+	}
+	if s.PVCs, err = listAll(ctx, c, "persistentvolumeclaims", core.PersistentVolumeClaims("").List, func(l *corev1.PersistentVolumeClaimList) ([]corev1.PersistentVolumeClaim, string) {
+		return l.Items, l.Continue
+	}); err != nil {
+		return s, x, err
+	}
+	if s.ReplicaSets, err = listAll(ctx, c, "replicasets", apps.ReplicaSets("").List, func(l *appsv1.ReplicaSetList) ([]appsv1.ReplicaSet, string) { return l.Items, l.Continue }); err != nil {
+		return s, x, err
+	}
+	if s.Deployments, err = listAll(ctx, c, "deployments", apps.Deployments("").List, func(l *appsv1.DeploymentList) ([]appsv1.Deployment, string) { return l.Items, l.Continue }); err != nil {
+		return s, x, err
+	}
+	if x.StatefulSets, err = listAll(ctx, c, "statefulsets", apps.StatefulSets("").List, func(l *appsv1.StatefulSetList) ([]appsv1.StatefulSet, string) { return l.Items, l.Continue }); err != nil {
+		return s, x, err
+	}
+	if x.DaemonSets, err = listAll(ctx, c, "daemonsets", apps.DaemonSets("").List, func(l *appsv1.DaemonSetList) ([]appsv1.DaemonSet, string) { return l.Items, l.Continue }); err != nil {
+		return s, x, err
+	}
+
+	s.Policies, err = listPolicies(ctx, c)
+	switch {
+	case apierrors.IsNotFound(err):
+		s.Policies = []*v1alpha1.RecoveryPolicy{DefaultPolicy()}
+		x.BuiltInPolicy = true
+		x.Warnings = append(x.Warnings, "the RecoveryPolicy CRD (recoverypolicies.rebound.dev) is not installed: diagnose assumes the built-in default policy (kube-system pods of priority class system-cluster-critical or system-node-critical, maxUnavailableTime 30s)")
+	case err != nil:
+		return s, x, describe(c, "recoverypolicies.rebound.dev", err)
+	}
+	return s, x, nil
+}
+
+// listAll lists one resource in pages and returns pointers into the items.
+func listAll[L any, T any](ctx context.Context, c Clients, what string,
+	list func(context.Context, metav1.ListOptions) (*L, error), items func(*L) ([]T, string),
+) ([]*T, error) {
+	var out []*T
+	opts := metav1.ListOptions{Limit: pageSize}
+	for {
+		l, err := list(ctx, opts)
+		if err != nil {
+			return nil, describe(c, what, err)
+		}
+		page, next := items(l)
+		for i := range page {
+			out = append(out, &page[i])
+		}
+		if next == "" {
+			return out, nil
+		}
+		opts.Continue = next
+	}
+}
+
+// listPolicies lists RecoveryPolicies through the dynamic client, so that a
+// missing CRD is a plain NotFound.
+func listPolicies(ctx context.Context, c Clients) ([]*v1alpha1.RecoveryPolicy, error) {
+	var out []*v1alpha1.RecoveryPolicy
+	opts := metav1.ListOptions{Limit: pageSize}
+	for {
+		l, err := c.Dynamic.Resource(RecoveryPolicies).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		for i := range l.Items {
+			data, err := json.Marshal(l.Items[i].Object)
+			if err != nil {
+				return nil, err
+			}
+			var p v1alpha1.RecoveryPolicy
+			if err := json.Unmarshal(data, &p); err != nil {
+				return nil, fmt.Errorf("RecoveryPolicy %s: %w", l.Items[i].GetName(), err)
+			}
+			out = append(out, &p)
+		}
+		if l.GetContinue() == "" {
+			return out, nil
+		}
+		opts.Continue = l.GetContinue()
+	}
+}
+
+// forbiddenUser finds the user name in an RBAC denial.
+var forbiddenUser = regexp.MustCompile(`User "([^"]*)"`)
+
+// describe turns a failed List into an *Error with a one-line message.
+func describe(c Clients, what string, err error) error {
+	var msg string
+	switch {
+	case apierrors.IsForbidden(err):
+		who := ""
+		if m := forbiddenUser.FindStringSubmatch(err.Error()); m != nil {
+			who = fmt.Sprintf(" as user %q", m[1])
+		}
+		msg = fmt.Sprintf("not allowed to list %s cluster-wide%s: grant the rebound-diagnose ClusterRole (deploy/rbac)", what, who)
+	case apierrors.IsUnauthorized(err):
+		msg = fmt.Sprintf("the Kubernetes API at %s rejected the credentials (401 Unauthorized): check the kubeconfig's user, token or client certificate", c.Host)
+	default:
+		if why := unreachable(err, c.Timeout); why != "" {
+			msg = fmt.Sprintf("cannot reach the Kubernetes API at %s: %s", c.Host, why)
+		} else {
+			msg = fmt.Sprintf("cannot list %s from the Kubernetes API at %s: %s", what, c.Host, oneLine(err.Error()))
+		}
+	}
+	return &Error{Code: ExitCannotRead, Msg: msg, Err: err}
+}
+
+// unreachable says why a request never got an answer from an API server,
+// or "" when the server did answer.
+func unreachable(err error, timeout time.Duration) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
+		return ""
+	}
+	var errno syscall.Errno
+	var dns *net.DNSError
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &dns):
+		return fmt.Sprintf("cannot resolve %s: %s", dns.Name, dns.Err)
+	case errors.As(err, &errno):
+		return errno.Error()
+	case errors.As(err, &verify):
+		return "TLS: " + oneLine(verify.Err.Error())
+	case errors.As(err, &unknownCA):
+		return "TLS: " + unknownCA.Error()
+	case errors.As(err, &hostname):
+		return "TLS: " + hostname.Error()
+	case errors.As(err, &invalid):
+		return "TLS: " + invalid.Error()
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout(), apierrors.IsTimeout(err):
+		if timeout > 0 {
+			return fmt.Sprintf("no answer within %s (--timeout)", timeout)
+		}
+		return "no answer (timeout)"
+	case errors.As(err, &netErr):
+		return oneLine(netErr.Error())
+	}
+	return ""
+}
+
+// Error is a failure that ends diagnose with an exit code other than 0:
+// the message is one line that says what was wrong and what to do.
+type Error struct {
+	Code int
+	Msg  string
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Unwrap returns the underlying error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// ExitCode is the process exit code (cmd/rebound's exitCoder).
+func (e *Error) ExitCode() int { return e.Code }
+
+// ExitCodeOf returns the exit code for an error of Run or of the command:
+// 0 for nil, the code of an *Error, ExitCannotRead otherwise (a bad flag).
+func ExitCodeOf(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ExitCannotRead
+}

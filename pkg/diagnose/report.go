@@ -1,0 +1,282 @@
+package diagnose
+
+import (
+	"time"
+)
+
+// SchemaVersion is the version of the JSON form of Report
+// (docs/diagnose.md). Fields may be added without a change; a field is
+// renamed, removed or changes meaning only with a new version.
+const SchemaVersion = 1
+
+// Impact ranks a finding.
+type Impact string
+
+const (
+	// ImpactBlocking: recovery will not happen without a person, rebound or
+	// a dead node coming back (a stranded pod nobody moves, a workload
+	// whose pods cannot run, a node's routes held by a dead BGP peer).
+	// Any blocking finding makes Report.Blocking true and the exit code 1.
+	ImpactBlocking Impact = "Blocking"
+	// ImpactPending: recovery is under way or comes at a known time
+	// (upstream eviction, rebound's deadline, a replacement starting).
+	ImpactPending Impact = "Pending"
+	// ImpactInfo: context worth knowing that holds nothing up (a zone
+	// state, DaemonSet pods that return with their node, a rescue done).
+	ImpactInfo Impact = "Info"
+)
+
+// rank orders impacts, most severe first.
+func (i Impact) rank() int {
+	switch i {
+	case ImpactBlocking:
+		return 0
+	case ImpactPending:
+		return 1
+	default:
+		return 2
+	}
+}
+
+// Report is what `rebound diagnose` finds. Its JSON form is documented in
+// docs/diagnose.md.
+type Report struct {
+	SchemaVersion int `json:"schemaVersion"`
+	// Time is the moment the cluster was read (the snapshot's Now).
+	Time time.Time `json:"time"`
+	// Blocking is true when any finding has ImpactBlocking.
+	Blocking bool `json:"blocking"`
+	// Summary is one line for people.
+	Summary string `json:"summary"`
+	// Findings is every problem, ranked by impact: blocking first, then
+	// pending, then info; within one impact, workloads and pods before
+	// BGP before zones, the oldest first.
+	Findings []Finding `json:"findings"`
+	// ZoneConfig is the kube-controller-manager configuration the zone
+	// model assumed (the --unhealthy-zone-threshold etc. flags).
+	ZoneConfig ZoneConfig `json:"zoneConfig"`
+	// FullDisruptionMode is true when every zone is FullDisruption:
+	// kube-controller-manager then stops all NoExecute tainting.
+	FullDisruptionMode bool   `json:"fullDisruptionMode"`
+	Zones              []Zone `json:"zones"`
+	// CriticalPods lists every pod a RecoveryPolicy makes critical that is
+	// bound to a NotReady node, with rebound's decision about it.
+	CriticalPods []CriticalPod `json:"criticalPods"`
+	// Workloads lists the Deployments, StatefulSets and DaemonSets whose
+	// status is not Available.
+	Workloads []Workload `json:"workloads"`
+	BGP       BGP        `json:"bgp"`
+	// Policies are the RecoveryPolicies the plan used.
+	Policies []Policy `json:"policies"`
+	// Warnings are problems with the input itself (an invalid policy, the
+	// CRD missing, a bad zone configuration).
+	Warnings []string `json:"warnings"`
+}
+
+// Finding is one problem, in words, with where to look.
+type Finding struct {
+	Impact Impact `json:"impact"`
+	// Kind is what the finding is about: Workload, CriticalPod,
+	// BGPPeerWait, BGPReport, BGPLeftOut, Zone.
+	Kind string `json:"kind"`
+	// Object names it: "Deployment kube-system/coredns", "Pod ns/name",
+	// "Node node-1", "Zone region/zone".
+	Object string `json:"object"`
+	// Cause is the cause, first thing first, in one sentence.
+	Cause string `json:"cause"`
+	// Rebound says what rebound does about it, or why it does nothing;
+	// empty when rebound has no part in it.
+	Rebound string `json:"rebound,omitempty"`
+	// Since is when the problem started, when known.
+	Since *time.Time `json:"since,omitempty"`
+}
+
+// ZoneConfig is zone.Config in JSON.
+type ZoneConfig struct {
+	UnhealthyZoneThreshold         float64 `json:"unhealthyZoneThreshold"`
+	LargeClusterSizeThreshold      int32   `json:"largeClusterSizeThreshold"`
+	NodeEvictionRate               float64 `json:"nodeEvictionRate"`
+	SecondaryNodeEvictionRate      float64 `json:"secondaryNodeEvictionRate"`
+	ReplacementTimeoutSeconds      float64 `json:"replacementTimeoutSeconds"`
+	SessionReportMaxAgeSeconds     float64 `json:"sessionReportMaxAgeSeconds"`
+	PeeringPruneGracePeriodSeconds float64 `json:"peeringPruneGracePeriodSeconds"`
+}
+
+// Zone is one zone as kube-controller-manager's node lifecycle controller
+// computes it (pkg/zone), with the numbers that put it there.
+type Zone struct {
+	// Zone is "region/zone", or "(no zone)" for nodes without zone labels.
+	Zone string `json:"zone"`
+	// State is Initial, Normal, PartialDisruption or FullDisruption.
+	State string `json:"state"`
+	// NotReady and Total count the zone's nodes without the
+	// node.kubernetes.io/exclude-disruption label; Excluded counts those
+	// with it.
+	NotReady int `json:"notReady"`
+	Total    int `json:"total"`
+	Excluded int `json:"excluded"`
+	// NotReadyFraction is NotReady/Total (0 for an empty zone), compared
+	// with UnhealthyZoneThreshold when NotReady > 2.
+	NotReadyFraction       float64 `json:"notReadyFraction"`
+	UnhealthyZoneThreshold float64 `json:"unhealthyZoneThreshold"`
+	// LargeZone is Total > LargeClusterSizeThreshold: in PartialDisruption
+	// a large zone is still tainted at --secondary-node-eviction-rate, a
+	// small one not at all.
+	LargeZone                 bool  `json:"largeZone"`
+	LargeClusterSizeThreshold int32 `json:"largeClusterSizeThreshold"`
+	// EvictionRate is the NoExecute-tainting rate in force, in nodes per
+	// second; 0 means pods on its NotReady nodes are never evicted.
+	EvictionRate float64 `json:"evictionRate"`
+	StateReason  string  `json:"stateReason"`
+	RateReason   string  `json:"rateReason"`
+	// NotReadyNodes names the zone's NotReady nodes, sorted.
+	NotReadyNodes []string `json:"notReadyNodes"`
+}
+
+// CriticalPod is a critical pod on a NotReady node, as rescue.PlanFor
+// decided about it.
+type CriticalPod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Node      string `json:"node"`
+	Zone      string `json:"zone"`
+	ZoneState string `json:"zoneState"`
+	// Workload is the owner that decides the safety rule.
+	Workload WorkloadRef `json:"workload"`
+	Policy   string      `json:"policy"`
+	// NotReadySince is when the node stopped being Ready; Deadline is
+	// NotReadySince + the policy's maxUnavailableTime.
+	NotReadySince time.Time `json:"notReadySince"`
+	Deadline      time.Time `json:"deadline"`
+	Terminating   bool      `json:"terminating"`
+	// UpstreamEviction is when kube-controller-manager evicts the pod on
+	// its own; null means never (or moot, for a terminating pod).
+	UpstreamEviction *time.Time `json:"upstreamEviction"`
+	// UpstreamEstimated: UpstreamEviction comes from the zone's tainting
+	// rate, not from a taint already on the node.
+	UpstreamEstimated bool `json:"upstreamEstimated"`
+	// Upstream is the short answer ("never: zone a/b in
+	// PartialDisruption", "at 2025-01-01T10:00:00Z"); UpstreamReason the
+	// planner's full explanation.
+	Upstream       string `json:"upstream"`
+	UpstreamReason string `json:"upstreamReason"`
+	// Stranded: NotReady for at least maxUnavailableTime and upstream will
+	// not move it by then.
+	Stranded bool `json:"stranded"`
+	// Decision is rescue.PlanFor's: Skip, NotYet, LeftToUpstream, Act,
+	// InFlight, Replaced, WaitingForFencing, ReportOnly, Suspended,
+	// RateLimited. Action is the action planned now (Delete, ForceDelete,
+	// ScaleDown), DryRun whether it is only a dry run.
+	Decision string `json:"decision"`
+	Action   string `json:"action,omitempty"`
+	DryRun   bool   `json:"dryRun,omitempty"`
+	// Reason is the planner's reason, the words of rebound's Event.
+	Reason string `json:"reason"`
+}
+
+// WorkloadRef names a pod's owner.
+type WorkloadRef struct {
+	// Class is the safety rule: Stateless, Stateful, DaemonSet, Mirror,
+	// Job, NoController, Unsupported, OwnerNotFound.
+	Class string `json:"class"`
+	Kind  string `json:"kind,omitempty"`
+	Name  string `json:"name,omitempty"`
+	Why   string `json:"why,omitempty"`
+}
+
+// Workload is a Deployment, StatefulSet or DaemonSet whose status is not
+// Available.
+type Workload struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Desired and Available are the status's counts (DaemonSet:
+	// desiredNumberScheduled and numberAvailable).
+	Desired   int32  `json:"desired"`
+	Available int32  `json:"available"`
+	Impact    Impact `json:"impact"`
+	// Reason is the first blocking reason, e.g. "0/1 available: its only
+	// pod is on NotReady node node-3 (zone a/b PartialDisruption)".
+	Reason string `json:"reason"`
+	// Rebound says what rebound does about it, when it has a part.
+	Rebound string `json:"rebound,omitempty"`
+	// PodsOnNotReadyNodes names its pods bound to NotReady nodes.
+	PodsOnNotReadyNodes []string `json:"podsOnNotReadyNodes,omitempty"`
+}
+
+// BGP is what the agents report and how the peer set stands.
+type BGP struct {
+	// Status: "Reported" (some agent reports), "NoReports" (no node
+	// carries an agent report), "NotManaged" (no node carries the peer-set
+	// label either: rebound's peering is not in use).
+	Status string `json:"status"`
+	// Message says the same in words.
+	Message string `json:"message"`
+	// Nodes are the nodes with an agent report, sorted by name.
+	Nodes []BGPNode `json:"nodes"`
+	// KeptNotReady are NotReady nodes still in the peer set, with why:
+	// every other node's BIRD keeps waiting for them.
+	KeptNotReady []BGPMember `json:"keptNotReady"`
+	// LeftOut are the nodes labelled out of the peer set, with why.
+	LeftOut []BGPMember `json:"leftOut"`
+}
+
+// BGPNode is one agent's report.
+type BGPNode struct {
+	Node  string `json:"node"`
+	Ready bool   `json:"ready"`
+	// ReportTime is when the agent read BIRD; Stale is true when that is
+	// older than the session-report max age (a dead node's last report).
+	ReportTime time.Time `json:"reportTime"`
+	Stale      bool      `json:"stale"`
+	// Error is why the agent could not read BIRD.
+	Error string `json:"error,omitempty"`
+	// Established counts the peers with an Established session; Waiting
+	// lists the others: BIRD in graceful-restart recovery waits for each.
+	Established int       `json:"established"`
+	Waiting     []BGPWait `json:"waiting"`
+}
+
+// BGPWait is one peer a node's BIRD has no Established session with.
+type BGPWait struct {
+	Peer string `json:"peer"`
+	// State is the session state as the agent reports it (Active,
+	// Connect, Idle, NotConfigured, Down, ...).
+	State     string `json:"state"`
+	PeerReady bool   `json:"peerReady"`
+	// PeerInSet is the peer's peering.rebound.dev/in-set label.
+	PeerInSet string `json:"peerInSet"`
+	// Since is an estimate (the report has no per-session time): the
+	// later of when this node became Ready and when the peer last changed
+	// readiness.
+	Since time.Time `json:"since"`
+	// Reason explains why the peer is still in the set.
+	Reason string `json:"reason,omitempty"`
+}
+
+// BGPMember is a node's place in the peer set, with the peering planner's
+// reason (pkg/peering Reason codes).
+type BGPMember struct {
+	Node          string     `json:"node"`
+	Ready         bool       `json:"ready"`
+	NotReadySince *time.Time `json:"notReadySince,omitempty"`
+	Reason        string     `json:"reason"`
+	Message       string     `json:"message"`
+}
+
+// Policy is one RecoveryPolicy as the plan used it.
+type Policy struct {
+	Name string `json:"name"`
+	// Source is "cluster", or "built-in" when the RecoveryPolicy CRD is
+	// not installed and diagnose assumed the default policy.
+	Source            string `json:"source"`
+	Valid             bool   `json:"valid"`
+	Error             string `json:"error,omitempty"`
+	Suspended         bool   `json:"suspended"`
+	DryRun            bool   `json:"dryRun"`
+	Critical          int    `json:"critical"`
+	Stranded          int    `json:"stranded"`
+	WaitingForFencing int    `json:"waitingForFencing"`
+	Actions           int    `json:"actions"`
+	RateLimited       int    `json:"rateLimited"`
+}

@@ -1,0 +1,221 @@
+package diagnose
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// textWidth is where human output wraps.
+const textWidth = 100
+
+// WriteJSON writes the report as indented JSON (docs/diagnose.md), with
+// "<", ">" and "&" as they are.
+func WriteJSON(w io.Writer, r Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(r)
+}
+
+// WriteText writes the report for people: the findings ranked by impact,
+// each with its cause first, then one short section per subject.
+func WriteText(w io.Writer, r Report) error {
+	p := &printer{}
+	p.linef("%s (cluster read at %s)", capitalize(r.Summary), stamp(r.Time))
+	if len(r.Findings) > 0 {
+		p.blank()
+		for _, f := range r.Findings {
+			label := strings.ToUpper(string(f.Impact))
+			p.linef("%-9s %s", label, f.Object)
+			p.wrapped("          ", f.Cause)
+			if f.Rebound != "" {
+				p.wrapped("          ", "rebound: "+f.Rebound)
+			}
+		}
+	}
+
+	p.section("Zones (as kube-controller-manager computes them)")
+	if r.FullDisruptionMode {
+		p.wrapped("  ", "every zone is FullDisruption: kube-controller-manager stops all NoExecute tainting and removes the taints it added")
+	}
+	for _, z := range r.Zones {
+		large := "<="
+		if z.LargeZone {
+			large = ">"
+		}
+		p.linef("  %s: %s, %d/%d NotReady (%.2f, threshold %g)", z.Zone, z.State, z.NotReady, z.Total, z.NotReadyFraction, z.UnhealthyZoneThreshold)
+		p.linef("    eviction rate %g/s (zone size %d %s large-cluster threshold %d)", z.EvictionRate, z.Total, large, z.LargeClusterSizeThreshold)
+		if len(z.NotReadyNodes) > 0 {
+			p.wrapped("    ", "NotReady: "+strings.Join(z.NotReadyNodes, ", "))
+		}
+	}
+	if len(r.Zones) == 0 {
+		p.line("  no nodes")
+	}
+
+	p.section("Critical pods on NotReady nodes")
+	if len(r.CriticalPods) == 0 {
+		p.line("  none")
+	}
+	for _, c := range r.CriticalPods {
+		p.linef("  %s/%s on %s, NotReady since %s (%s)", c.Namespace, c.Name, c.Node, clock(c.NotReadySince, r.Time), short(r.Time.Sub(c.NotReadySince)))
+		p.wrapped("    ", "upstream eviction: "+c.Upstream)
+		head := c.Decision
+		if c.Action != "" {
+			head += " " + c.Action
+		}
+		if c.DryRun {
+			head += " (dry run)"
+		}
+		// The reason is in the finding above, except for pods rebound
+		// never touches, which get no finding.
+		if c.Decision == "Skip" {
+			p.wrapped("    ", fmt.Sprintf("rebound: %s (policy %s): %s", head, c.Policy, c.Reason))
+		} else {
+			p.wrapped("    ", fmt.Sprintf("rebound: %s (policy %s, deadline %s)", head, c.Policy, clock(c.Deadline, r.Time)))
+		}
+	}
+
+	p.section("Workloads not Available")
+	if len(r.Workloads) == 0 {
+		p.line("  none")
+	}
+	for _, wl := range r.Workloads {
+		p.linef("  %-8s %s %s/%s %d/%d", strings.ToLower(string(wl.Impact)), wl.Kind, wl.Namespace, wl.Name, wl.Available, wl.Desired)
+	}
+
+	p.section("BGP")
+	if r.BGP.Message != "" {
+		p.wrapped("  ", r.BGP.Message)
+	}
+	for _, n := range r.BGP.Nodes {
+		state := "Ready"
+		if !n.Ready {
+			state = "NotReady"
+		}
+		stale := ""
+		if n.Stale {
+			stale = ", stale"
+		}
+		line := fmt.Sprintf("  %s (%s): report of %s%s, %d Established", n.Node, state, clock(n.ReportTime, r.Time), stale, n.Established)
+		if n.Error != "" {
+			line += ", error: " + oneLine(n.Error)
+		}
+		p.line(line)
+		for _, wt := range n.Waiting {
+			p.wrapped("    ", fmt.Sprintf("waits for %s (%s, peer %s, in-set=%s) since about %s", wt.Peer, wt.State, readyWord(wt.PeerReady), orNone(wt.PeerInSet), clock(wt.Since, r.Time)))
+		}
+	}
+	for _, m := range r.BGP.KeptNotReady {
+		p.wrapped("  ", fmt.Sprintf("kept in the set while NotReady: %s (%s: %s)", m.Node, m.Reason, m.Message))
+	}
+	for _, m := range r.BGP.LeftOut {
+		p.wrapped("  ", fmt.Sprintf("left out of the set: %s (%s: %s)", m.Node, m.Reason, m.Message))
+	}
+
+	p.section("RecoveryPolicies (critical: their pods on NotReady nodes)")
+	if len(r.Policies) == 0 {
+		p.line("  none")
+	}
+	for _, pol := range r.Policies {
+		flags := ""
+		if !pol.Valid {
+			flags += ", INVALID"
+		}
+		if pol.Suspended {
+			flags += ", suspended"
+		}
+		if pol.DryRun {
+			flags += ", dry run"
+		}
+		p.linef("  %s (%s%s): %d critical, %d stranded, %d waiting for fencing, %d action(s) planned",
+			pol.Name, pol.Source, flags, pol.Critical, pol.Stranded, pol.WaitingForFencing, pol.Actions)
+	}
+	if len(r.Warnings) > 0 {
+		p.section("Warnings")
+		for _, wn := range r.Warnings {
+			p.wrapped("  ", wn)
+		}
+	}
+	_, err := io.WriteString(w, p.b.String())
+	return err
+}
+
+type printer struct{ b strings.Builder }
+
+func (p *printer) line(s string) { p.b.WriteString(s + "\n") }
+
+func (p *printer) linef(format string, args ...any) { p.line(fmt.Sprintf(format, args...)) }
+
+func (p *printer) blank() { p.b.WriteString("\n") }
+
+func (p *printer) section(title string) {
+	p.blank()
+	p.line(title)
+}
+
+// wrapped writes text in lines of at most textWidth, each starting with
+// indent.
+func (p *printer) wrapped(indent, text string) {
+	for _, l := range wrap(text, textWidth-len(indent)) {
+		p.line(indent + l)
+	}
+}
+
+// wrap breaks text at spaces into lines of at most width characters; a
+// longer word gets a line of its own.
+func wrap(text string, width int) []string {
+	var lines []string
+	var cur strings.Builder
+	for _, word := range strings.Fields(text) {
+		if cur.Len() > 0 && cur.Len()+1+len(word) > width {
+			lines = append(lines, cur.String())
+			cur.Reset()
+		}
+		if cur.Len() > 0 {
+			cur.WriteByte(' ')
+		}
+		cur.WriteString(word)
+	}
+	if cur.Len() > 0 {
+		lines = append(lines, cur.String())
+	}
+	return lines
+}
+
+// clock renders a time relative to now's day: "15:04:05Z" on the same
+// day, the full RFC 3339 form otherwise.
+func clock(t, now time.Time) string {
+	if t.IsZero() {
+		return "an unknown time"
+	}
+	t, now = t.UTC(), now.UTC()
+	if t.Year() == now.Year() && t.YearDay() == now.YearDay() {
+		return t.Format("15:04:05Z")
+	}
+	return stamp(t)
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func readyWord(ready bool) string {
+	if ready {
+		return "Ready"
+	}
+	return "NotReady"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
