@@ -12,9 +12,11 @@ vet:
 	@test -z "$$(gofmt -l cmd internal pkg test api 2>/dev/null)" || { gofmt -l cmd internal pkg test api; echo "gofmt wants to reformat the files above"; exit 1; }
 	$(GO) vet ./...
 
-# Tests need BIRD (Debian's bird, and bird2 unpacked beside it).
+# Tests need BIRD (Debian's bird, and bird2 unpacked beside it) and Chromium
+# (the demo report's render test); both install as root from Debian.
 deps:
 	@command -v bird >/dev/null 2>&1 && test -x /opt/rebound/bird2/usr/sbin/bird || bash hack/install-bird.sh
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 sandbox:
 	$(GO) run ./cmd/rebound sandbox build

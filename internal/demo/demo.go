@@ -6,11 +6,13 @@ package demo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -41,31 +43,76 @@ type Options struct {
 	// Out gets the timeline or the JSON; Progress gets build and start-up
 	// lines.
 	Out, Progress io.Writer
-	Build         sandbox.BuildOptions
+	// Report is where the self-contained HTML report goes; empty writes
+	// none.
+	Report string
+	// Scenarios are the ids to play (S1, S2); empty means all.
+	Scenarios []string
+	Build     sandbox.BuildOptions
 }
+
+const (
+	laneWithout = "without rebound"
+	laneWith    = "with rebound"
+)
 
 // Lane is one run of a scenario: without or with rebound.
 type Lane struct {
-	Name    string            `json:"name"`
-	Rebound bool              `json:"rebound"`
-	Result  scenario.S1Result `json:"result"`
-	Events  []scenario.Event  `json:"events"`
-	// Recovery is the time from the pod's node going NotReady to the
-	// workload being available again; negative when it did not recover.
-	RecoverySeconds float64 `json:"recoverySeconds"`
+	Scenario string `json:"scenario"`
+	Name     string `json:"name"`
+	Rebound  bool   `json:"rebound"`
+	// Recovered is true when the scenario's workloads came back within the
+	// observation; RecoverySeconds is then the time to recovery, measured
+	// from FromSeconds (timeline time of what FromLabel names) to
+	// RecoveredAtSeconds. RecoverySeconds is negative when it did not
+	// recover.
+	Recovered          bool    `json:"recovered"`
+	FromLabel          string  `json:"fromLabel,omitempty"`
+	FromSeconds        float64 `json:"fromSeconds"`
+	RecoveredAtSeconds float64 `json:"recoveredAtSeconds,omitempty"`
+	RecoverySeconds    float64 `json:"recoverySeconds"`
+	// Outcome is the lane's cell in the table of the time to recovery.
+	Outcome string             `json:"outcome"`
+	Events  []scenario.Event   `json:"events"`
+	S1      *scenario.S1Result `json:"s1,omitempty"`
+	S2      *scenario.S2Result `json:"s2,omitempty"`
+	S4      *scenario.S4Result `json:"s4,omitempty"`
 }
 
-// Report is the demo's machine-readable result.
+// ScenarioInfo describes one scenario of the report.
+type ScenarioInfo struct {
+	ID          string `json:"id"`
+	Title       string `json:"title"`
+	Description string `json:"description,omitempty"`
+	// Measure says what the time to recovery is measured between.
+	Measure string `json:"measure"`
+}
+
+// Report is the demo's machine-readable result: the scenarios played and
+// their lanes, each with its timeline.
 type Report struct {
-	Scenario string          `json:"scenario"`
-	Timings  sandbox.Timings `json:"timings"`
-	Observe  float64         `json:"observeSeconds"`
-	Lanes    []Lane          `json:"lanes"`
+	Started   time.Time       `json:"started"`
+	Timings   sandbox.Timings `json:"timings"`
+	Observe   float64         `json:"observeSeconds"`
+	Scenarios []ScenarioInfo  `json:"scenarios"`
+	Lanes     []Lane          `json:"lanes"`
 }
 
-// Run plays S1 twice at the same time, in two sandboxes: once with only
-// kube-controller-manager deciding (the seed's failure), once with
-// `rebound controller` and its default policy running too.
+var s1Info = ScenarioInfo{
+	ID:    "S1",
+	Title: "several nodes fail, the zone enters PartialDisruption (seed 000)",
+	Description: "5 nodes in one zone; a critical Deployment's pod runs on node-3; nodes 1-4 die. " +
+		"Without rebound only kube-controller-manager decides; with rebound, `rebound controller` runs too, with its default policy (30 s).",
+	Measure: "from node-3 NotReady to the critical Deployment Available again",
+}
+
+// Run plays each scenario twice at the same time: once with only
+// upstream's control loops deciding (the seed's failure), once with
+// rebound. S1 runs `rebound controller` with its default policy in the
+// second sandbox; S2 runs `rebound restore bringup` after the restore; S4
+// applies the health-aware peer set on the returning BIRD node. S1 and S2
+// run one after the other, so at most two sandboxes run at once; S4 needs
+// no sandbox and runs beside them from the start.
 func Run(ctx context.Context, opts Options) error {
 	timings := sandbox.DefaultTimings()
 	if opts.Fast {
@@ -74,9 +121,18 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Observe == 0 {
 		opts.Observe = 90 * time.Second
 	}
-	bins, err := sandbox.EnsureBinaries(ctx, opts.Build)
+	scenarios, err := selectScenarios(opts.Scenarios)
 	if err != nil {
 		return err
+	}
+	var bins sandbox.Binaries
+	for _, sc := range scenarios {
+		if sc.run != nil { // a sandbox scenario
+			if bins, err = sandbox.EnsureBinaries(ctx, opts.Build); err != nil {
+				return err
+			}
+			break
+		}
 	}
 	dir := opts.Dir
 	if dir == "" {
@@ -87,78 +143,56 @@ func Run(ctx context.Context, opts Options) error {
 			defer os.RemoveAll(dir)
 		}
 	}
-	fmt.Fprintf(opts.Progress, "Starting two 5-node sandboxes in %s (node grace period %s, pod tolerations %ds)\n",
-		dir, timings.NodeMonitorGracePeriod, timings.DefaultTolerationSeconds)
-
-	lanes := []*Lane{{Name: "without rebound"}, {Name: "with rebound", Rebound: true}}
-	clusters := make([]*sandbox.Cluster, len(lanes))
-	errs := make([]error, len(lanes))
-	var wg sync.WaitGroup
-	for i, l := range lanes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			clusters[i], errs[i] = sandbox.Start(ctx, sandbox.Options{
-				Dir: filepath.Join(dir, fmt.Sprintf("s1-%d", i)), Binaries: bins, Nodes: 5, Timings: timings,
-				Progress: prefixed(opts.Progress, "["+l.Name+"] "),
-			})
-		}()
-	}
-	wg.Wait()
-	for i := range lanes {
-		if clusters[i] != nil {
-			defer clusters[i].Stop()
-		}
-		if errs[i] != nil {
-			return errs[i]
-		}
-	}
-	with := clusters[1]
-	if err := installRebound(ctx, with.Config); err != nil {
-		return fmt.Errorf("install rebound in the sandbox: %w", err)
-	}
-	if err := startController(ctx, with); err != nil {
-		return err
-	}
-
 	var live io.Writer
 	if !opts.JSON {
 		live = &lockedWriter{w: opts.Out}
-		fmt.Fprintf(opts.Out, "\nS1: 5 nodes in one zone; a critical Deployment's pod runs on node-3; nodes 1-4 die.\n")
-		fmt.Fprintf(opts.Out, "Left: kube-controller-manager alone. Right: the same, plus `rebound controller` with its default policy (30 s).\n\n")
-		fmt.Fprintf(opts.Out, "%-17s %8s  %-8s %-32s %s\n", "lane", "time", "kind", "subject", "what happened")
 	}
-	for i, l := range lanes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			observe := opts.Observe
-			if l.Rebound {
-				observe = 30*time.Second + 60*time.Second // policy time + slack; ends early on recovery
-			}
-			tl := scenario.NewTimeline(prefixed(live, fmt.Sprintf("%-17s ", "["+l.Name+"]")))
-			l.Result, errs[i] = scenario.RunS1(ctx, clusters[i], tl, scenario.S1Options{
-				Workload: scenario.CriticalStandIn("node-3"),
-				Survivor: "node-0",
-				Observe:  observe,
-			})
-			l.Events = tl.Events()
-			l.RecoverySeconds = -1
-			if l.Result.Recovered {
-				l.RecoverySeconds = (l.Result.RecoveredAt - l.Result.PodNodeNotReadyAt).Seconds()
-			}
-		}()
-	}
-	wg.Wait()
-	for i := range lanes {
-		if errs[i] != nil {
-			return fmt.Errorf("S1 %s: %w (logs in %s)", lanes[i].Name, errs[i], filepath.Join(clusters[i].Dir, "logs"))
+	env := &runEnv{opts: opts, timings: timings, bins: bins, dir: dir, live: live}
+	report := Report{Started: time.Now(), Timings: timings, Observe: opts.Observe.Seconds()}
+	// Background scenarios (S4: real BIRD, no sandbox) start first and run
+	// beside the sandbox ones, which run one after the other.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waits := map[string]func() ([]Lane, error){}
+	defer func() { // on an early return: stop them and let them clean up
+		cancel()
+		env.aborted = true
+		for _, wait := range waits {
+			_, _ = wait()
+		}
+	}()
+	for _, sc := range scenarios {
+		if sc.background != nil {
+			waits[sc.info.ID] = sc.background(ctx, env)
 		}
 	}
-
-	report := Report{Scenario: "S1", Timings: timings, Observe: opts.Observe.Seconds()}
-	for _, l := range lanes {
-		report.Lanes = append(report.Lanes, *l)
+	for _, sc := range scenarios {
+		if sc.background != nil {
+			continue
+		}
+		lanes, err := sc.run(ctx, env)
+		if err != nil {
+			return err
+		}
+		report.Scenarios = append(report.Scenarios, sc.info)
+		report.Lanes = append(report.Lanes, lanes...)
+	}
+	for _, sc := range scenarios {
+		if wait := waits[sc.info.ID]; wait != nil {
+			delete(waits, sc.info.ID)
+			lanes, err := wait()
+			if err != nil {
+				return err
+			}
+			report.Scenarios = append(report.Scenarios, sc.info)
+			report.Lanes = append(report.Lanes, lanes...)
+		}
+	}
+	if opts.Report != "" {
+		if err := WriteHTMLFile(opts.Report, report); err != nil {
+			return fmt.Errorf("write the HTML report: %w", err)
+		}
+		fmt.Fprintf(opts.Progress, "HTML report: %s\n", opts.Report)
 	}
 	if opts.JSON {
 		enc := json.NewEncoder(opts.Out)
@@ -169,30 +203,221 @@ func Run(ctx context.Context, opts Options) error {
 	return nil
 }
 
-func printSummary(out io.Writer, r Report) {
-	fmt.Fprintf(out, "\nTime to recovery, from node-3 NotReady to the critical Deployment Available again:\n\n")
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SCENARIO\tWITHOUT REBOUND\tWITH REBOUND")
-	cells := make([]string, len(r.Lanes))
-	for i, l := range r.Lanes {
-		switch {
-		case l.Result.Recovered:
-			cells[i] = fmt.Sprintf("%.1fs (on %s)", l.RecoverySeconds, "node-0")
-		default:
-			cells[i] = fmt.Sprintf("never: still %d/%d available after %.0fs, zone %s", l.Result.Final.Available, l.Result.Final.Desired,
-				r.Observe, finalZone(l))
-		}
-	}
-	fmt.Fprintf(w, "S1 (seed 000)\t%s\t%s\n", cells[0], cells[1])
-	w.Flush()
-	fmt.Fprintf(out, "\nWithout rebound the zone is in PartialDisruption, so the eviction rate is 0: node-3 never gets the\n")
-	fmt.Fprintf(out, "NoExecute taint and the pod is never replaced, although node-0 is Ready (the restore failure of the\n")
-	fmt.Fprintf(out, "seed report). rebound deletes the stranded pod once it has sat on the NotReady node for the policy's\n")
-	fmt.Fprintf(out, "30 s, and its ReplicaSet replaces it on node-0, while the zone is still in PartialDisruption.\n")
+// runEnv is what every scenario of a run shares.
+type runEnv struct {
+	opts    Options
+	timings sandbox.Timings
+	bins    sandbox.Binaries
+	dir     string
+	live    io.Writer // nil with -o json
+	// aborted is set when the run ends early: background scenarios then
+	// only clean up, and print nothing more.
+	aborted bool
 }
 
-func finalZone(l Lane) string {
-	for _, z := range l.Result.Final.Zones {
+type demoScenario struct {
+	info ScenarioInfo
+	// run plays the scenario; background, if set instead, starts it
+	// beside the others and returns a function that waits for its lanes.
+	run        func(context.Context, *runEnv) ([]Lane, error)
+	background func(context.Context, *runEnv) func() ([]Lane, error)
+}
+
+var allScenarios = []demoScenario{
+	{info: s1Info, run: runS1},
+	{info: s2Info, run: runS2},
+	{info: s4Info, background: startS4},
+}
+
+// ScenarioIDs are the scenarios `rebound demo` can play, in order.
+func ScenarioIDs() []string {
+	ids := make([]string, len(allScenarios))
+	for i, s := range allScenarios {
+		ids[i] = s.info.ID
+	}
+	return ids
+}
+
+func selectScenarios(ids []string) ([]demoScenario, error) {
+	if len(ids) == 0 {
+		return allScenarios, nil
+	}
+	var out []demoScenario
+	for _, s := range allScenarios {
+		for _, id := range ids {
+			if strings.EqualFold(id, s.info.ID) {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	for _, id := range ids {
+		known := false
+		for _, s := range allScenarios {
+			known = known || strings.EqualFold(id, s.info.ID)
+		}
+		if !known {
+			return nil, fmt.Errorf("unknown scenario %q (known: %s)", id, strings.Join(ScenarioIDs(), ", "))
+		}
+	}
+	return out, nil
+}
+
+// startPair starts the two sandboxes of a scenario at the same time.
+func startPair(ctx context.Context, env *runEnv, id string, nodes int) ([]*sandbox.Cluster, func(), error) {
+	fmt.Fprintf(env.opts.Progress, "%s: starting two %d-node sandboxes in %s (node grace period %s, pod tolerations %ds)\n",
+		id, nodes, env.dir, env.timings.NodeMonitorGracePeriod, env.timings.DefaultTolerationSeconds)
+	clusters := make([]*sandbox.Cluster, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, name := range []string{laneWithout, laneWith} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			clusters[i], errs[i] = sandbox.Start(ctx, sandbox.Options{
+				Dir: filepath.Join(env.dir, fmt.Sprintf("%s-%d", strings.ToLower(id), i)), Binaries: env.bins, Nodes: nodes, Timings: env.timings,
+				Progress: prefixed(env.opts.Progress, "["+id+" "+name+"] "),
+			})
+		}()
+	}
+	wg.Wait()
+	stop := func() {
+		for _, c := range clusters {
+			if c != nil {
+				_ = c.Stop()
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return clusters, stop, nil
+}
+
+func laneWriter(env *runEnv, id, name string) io.Writer {
+	return prefixed(env.live, fmt.Sprintf("%-21s ", "["+id+" "+name+"]"))
+}
+
+func header(env *runEnv, lines ...string) {
+	if env.live == nil {
+		return
+	}
+	fmt.Fprintln(env.live)
+	for _, l := range lines {
+		fmt.Fprintln(env.live, l)
+	}
+	fmt.Fprintf(env.live, "\n%-21s %8s  %-8s %-32s %s\n", "lane", "time", "kind", "subject", "what happened")
+}
+
+func runS1(ctx context.Context, env *runEnv) ([]Lane, error) {
+	clusters, stop, err := startPair(ctx, env, "S1", 5)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ctrlCtx, stopController := context.WithCancel(ctx)
+	defer stopController()
+	with := clusters[1]
+	if err := installRebound(ctx, with.Config); err != nil {
+		return nil, fmt.Errorf("install rebound in the sandbox: %w", err)
+	}
+	if err := startController(ctrlCtx, with); err != nil {
+		return nil, err
+	}
+	header(env, "S1: 5 nodes in one zone; a critical Deployment's pod runs on node-3; nodes 1-4 die.",
+		"Without: kube-controller-manager alone. With: the same, plus `rebound controller` with its default policy (30 s).")
+
+	lanes := []*Lane{{Scenario: "S1", Name: laneWithout}, {Scenario: "S1", Name: laneWith, Rebound: true}}
+	errs := make([]error, len(lanes))
+	var wg sync.WaitGroup
+	for i, l := range lanes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			observe := env.opts.Observe
+			if l.Rebound {
+				observe = 30*time.Second + 60*time.Second // policy time + slack; ends early on recovery
+			}
+			tl := scenario.NewTimeline(laneWriter(env, "S1", l.Name))
+			res, err := scenario.RunS1(ctx, clusters[i], tl, scenario.S1Options{
+				Workload: scenario.CriticalStandIn("node-3"),
+				Survivor: "node-0",
+				Observe:  observe,
+			})
+			errs[i] = err
+			l.Events = tl.Events()
+			l.S1 = &res
+			l.FromLabel = "node-3 NotReady"
+			l.FromSeconds = res.PodNodeNotReadyAt.Seconds()
+			l.RecoverySeconds = -1
+			l.Recovered = res.Recovered
+			if res.Recovered {
+				l.RecoveredAtSeconds = res.RecoveredAt.Seconds()
+				l.RecoverySeconds = (res.RecoveredAt - res.PodNodeNotReadyAt).Seconds()
+				l.Outcome = fmt.Sprintf("%.1fs (on %s)", l.RecoverySeconds, "node-0")
+			} else {
+				l.Outcome = fmt.Sprintf("never: still %d/%d available after %.0fs, zone %s", res.Final.Available, res.Final.Desired,
+					observe.Seconds(), finalZone(res.Final))
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range lanes {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("S1 %s: %w (logs in %s)", lanes[i].Name, errs[i], filepath.Join(clusters[i].Dir, "logs"))
+		}
+	}
+	return []Lane{*lanes[0], *lanes[1]}, nil
+}
+
+func printSummary(out io.Writer, r Report) {
+	fmt.Fprintf(out, "\nTime to recovery, without and with rebound:\n\n")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SCENARIO\tWITHOUT REBOUND\tWITH REBOUND\tMEASURED")
+	for _, s := range r.Scenarios {
+		cells := map[string]string{laneWithout: "not played", laneWith: "not played"}
+		for _, l := range r.Lanes {
+			if l.Scenario == s.ID {
+				cells[l.Name] = l.Outcome
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.ID, cells[laneWithout], cells[laneWith], s.Measure)
+	}
+	w.Flush()
+	// The same figures in the form tools collect (see the design's
+	// conventions); a lane that did not recover reports -1.
+	fmt.Fprintln(out)
+	for _, l := range r.Lanes {
+		lane := "without_rebound"
+		if l.Name == laneWith {
+			lane = "with_rebound"
+		}
+		fmt.Fprintf(out, "METRIC demo_%s_recovery_%s=%.1f s\n", strings.ToLower(l.Scenario), lane, l.RecoverySeconds)
+	}
+	for _, s := range r.Scenarios {
+		if s.ID == "S1" {
+			fmt.Fprintf(out, "\nS1: without rebound the zone is in PartialDisruption, so the eviction rate is 0: node-3 never gets the\n")
+			fmt.Fprintf(out, "NoExecute taint and the pod is never replaced, although node-0 is Ready (the restore failure of the\n")
+			fmt.Fprintf(out, "seed report). rebound deletes the stranded pod once it has sat on the NotReady node for the policy's\n")
+			fmt.Fprintf(out, "30 s, and its ReplicaSet replaces it on node-0, while the zone is still in PartialDisruption.\n")
+		}
+		if s.ID == "S2" {
+			fmt.Fprintf(out, "\nS2: the restored cluster replays the health it had at backup time, then nodes 1-4 go NotReady, the zone\n")
+			fmt.Fprintf(out, "enters PartialDisruption and nothing is evicted: the status wait times out, as the seed's restore did.\n")
+			fmt.Fprintf(out, "`rebound restore bringup` deletes the essential pods stranded on NotReady nodes, and their ReplicaSets\n")
+			fmt.Fprintf(out, "replace them on node-0 within the deadline.\n")
+		}
+		if s.ID == "S4" {
+			fmt.Fprintf(out, "\nS4: without rebound the returning BIRD still lists the dead peers and, in graceful-restart recovery,\n")
+			fmt.Fprintf(out, "announces and programs nothing until its wait runs out. With rebound its agent applies the peer set\n")
+			fmt.Fprintf(out, "of live nodes, which ends the recovery as soon as those sessions are up.\n")
+		}
+	}
+}
+
+func finalZone(s scenario.Snapshot) string {
+	for _, z := range s.Zones {
 		return z
 	}
 	return "unknown"

@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"rebound/internal/demo"
+)
+
+// chromiumPath is Debian's chromium; REBOUND_CHROMIUM overrides it.
+var chromiumPath = func() string {
+	if p := os.Getenv("REBOUND_CHROMIUM"); p != "" {
+		return p
+	}
+	return "/usr/bin/chromium"
+}()
+
+// TestDemoReportRendersInChromium writes the demo's HTML report for a fixed
+// report (no sandbox needed), opens it in headless Chromium with the
+// network off the table (file://, no background networking) and checks
+// that it renders: no console or script error, a screenshot of the right
+// size that is not blank.
+func TestDemoReportRendersInChromium(t *testing.T) {
+	requireChromium(t)
+	dir := t.TempDir()
+	page := filepath.Join(dir, "rebound-demo.html")
+	if err := demo.WriteHTMLFile(page, demo.ExampleReport()); err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(dir, "screenshot.png")
+	stderr, elapsed := runChromium(t, page, shot)
+	metric(t, "demo_report_chromium_render", elapsed.Seconds(), "s")
+	for _, line := range pageErrors(stderr) {
+		t.Errorf("chromium reported a page error: %s", line)
+	}
+
+	fi, err := os.Stat(shot)
+	if err != nil {
+		t.Fatalf("no screenshot: %v\n%s", err, stderr)
+	}
+	if fi.Size() < 10_000 {
+		t.Fatalf("screenshot is %d bytes: too small for the rendered report", fi.Size())
+	}
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("screenshot is not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 1280 || b.Dy() != 900 {
+		t.Errorf("screenshot is %dx%d, want 1280x900", b.Dx(), b.Dy())
+	}
+	colours := distinctColours(img, 64)
+	t.Logf("screenshot %s: %d bytes, %d+ distinct colours", shot, fi.Size(), colours)
+	if colours < 8 {
+		t.Errorf("screenshot has %d distinct colours: the page did not render (blank or single colour)", colours)
+	}
+	if os.Getenv("REBOUND_KEEP_SCREENSHOT") != "" {
+		dst := os.Getenv("REBOUND_KEEP_SCREENSHOT")
+		if b, err := os.ReadFile(shot); err == nil {
+			_ = os.WriteFile(dst, b, 0o644)
+		}
+	}
+}
+
+// TestDemoChromiumCatchesPageErrors checks the check: a page with a script
+// error must be caught, so that a change in Chromium's log format cannot
+// make TestDemoReportRendersInChromium pass blindly.
+func TestDemoChromiumCatchesPageErrors(t *testing.T) {
+	requireChromium(t)
+	dir := t.TempDir()
+	page := filepath.Join(dir, "bad.html")
+	if err := os.WriteFile(page, []byte(`<!DOCTYPE html><html><body>x<script>console.error("boom"); nope();</script></body></html>`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stderr, _ := runChromium(t, page, filepath.Join(dir, "bad.png"))
+	if errs := pageErrors(stderr); len(errs) == 0 {
+		t.Fatalf("a page with a script error passed; chromium said:\n%s", stderr)
+	}
+}
+
+func requireChromium(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("REBOUND_SKIP_CHROMIUM") == "1" {
+			t.Skipf("%s missing and REBOUND_SKIP_CHROMIUM=1", chromiumPath)
+		}
+		t.Fatalf("%s missing (%v): run: apt-get install -y chromium (or set REBOUND_SKIP_CHROMIUM=1 to skip)", chromiumPath, err)
+	}
+}
+
+// runChromium loads page in headless Chromium with a fresh profile and
+// nothing that talks to the network on its own, writes a 1280x900
+// screenshot to shot, and returns Chromium's log.
+func runChromium(t *testing.T, page, shot string) (string, time.Duration) {
+	t.Helper()
+	profile, err := os.MkdirTemp(t.TempDir(), "chromium-profile-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromiumPath,
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+profile, "--screenshot="+shot, "--window-size=1280,900",
+		"--enable-logging=stderr", "--v=0",
+		"file://"+page)
+	cmd.Dir = filepath.Dir(shot)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium: %v\n%s", err, out.String())
+	}
+	return out.String(), time.Since(t0)
+}
+
+// pageErrors returns the lines of Chromium's log about the page: console
+// messages (the report has no script, so any is a defect), uncaught
+// exceptions and refused or failed loads. Chromium's own D-Bus and sandbox
+// complaints are not about the page.
+func pageErrors(log string) []string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		for _, bad := range []string{":CONSOLE", "Uncaught", "net::ERR_", "Failed to load resource", "Refused to", "Not allowed to load"} {
+			if strings.Contains(line, bad) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// distinctColours counts the distinct colours of img, stopping at limit.
+func distinctColours(img image.Image, limit int) int {
+	seen := map[[4]uint32]bool{}
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y += 3 {
+		for x := b.Min.X; x < b.Max.X; x += 3 {
+			r, g, bl, a := img.At(x, y).RGBA()
+			seen[[4]uint32{r, g, bl, a}] = true
+			if len(seen) >= limit {
+				return len(seen)
+			}
+		}
+	}
+	return len(seen)
+}
