@@ -185,7 +185,7 @@ func s4Run(ctx context.Context, bins birdproc.Binaries, n int, rebound bool, net
 	// route and B's kernel has theirs.
 	err = birdlab.Poll(ctx, 500*time.Millisecond, 3*time.Minute, "the mesh converges", func() (bool, string) {
 		for _, node := range lab.Nodes {
-			if ok, missing, err := birdlab.Established(ctx, node, others(lab.Nodes, node)); !ok {
+			if ok, missing, err := birdlab.Established(ctx, node, birdlab.Others(lab.Nodes, node)); !ok {
 				return false, fmt.Sprintf("%s: no session with %s %v", node.Name, missing, err)
 			}
 		}
@@ -255,7 +255,7 @@ func s4Run(ctx context.Context, bins birdproc.Binaries, n int, rebound bool, net
 	}
 	for time.Since(start) < limit && (res.birdTable < 0 || (netns && res.kernel < 0)) {
 		if res.birdTable < 0 {
-			if ok, _ := routesAt(ctx, live, b); ok {
+			if ok, _ := birdlab.RoutesAt(ctx, live, b); ok {
 				res.birdTable = time.Since(start)
 			}
 		}
@@ -274,26 +274,6 @@ func s4Run(ctx context.Context, bins birdproc.Binaries, n int, rebound bool, net
 	return res
 }
 
-func others(all []*birdlab.Node, self *birdlab.Node) []*birdlab.Node {
-	var out []*birdlab.Node
-	for _, n := range all {
-		if n != self {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// routesAt reports whether every observer has b's route.
-func routesAt(ctx context.Context, observers []*birdlab.Node, b *birdlab.Node) (bool, string) {
-	for _, obs := range observers {
-		if ok, err := birdlab.HasRoute(ctx, obs, b.Route); !ok {
-			return false, fmt.Sprintf("%s lacks %s (%v)", obs.Name, b.Route, err)
-		}
-	}
-	return true, ""
-}
-
 // kernelHas reports whether the kernel table has every live node's route.
 func kernelHas(lab *birdlab.Lab, live []*birdlab.Node) (bool, string) {
 	out, err := lab.KernelRoutes()
@@ -309,7 +289,7 @@ func kernelHas(lab *birdlab.Lab, live []*birdlab.Node) (bool, string) {
 }
 
 func allHave(ctx context.Context, lab *birdlab.Lab, live []*birdlab.Node, b *birdlab.Node, netns bool) (bool, string) {
-	if ok, why := routesAt(ctx, live, b); !ok {
+	if ok, why := birdlab.RoutesAt(ctx, live, b); !ok {
 		return false, why
 	}
 	if netns {

@@ -112,11 +112,11 @@ func RunS4(ctx context.Context, tl *Timeline, opts S4Options) (res S4Result, err
 
 	err = birdlab.Poll(ctx, 500*time.Millisecond, 3*time.Minute, "the mesh converges", func() (bool, string) {
 		for _, node := range lab.Nodes {
-			if ok, missing, err := birdlab.Established(ctx, node, othersOf(lab.Nodes, node)); !ok {
+			if ok, missing, err := birdlab.Established(ctx, node, birdlab.Others(lab.Nodes, node)); !ok {
 				return false, fmt.Sprintf("%s: no session with %s %v", node.Name, missing, err)
 			}
 		}
-		return routesAt(ctx, live, b)
+		return birdlab.RoutesAt(ctx, live, b)
 	})
 	if err != nil {
 		return res, err
@@ -185,7 +185,7 @@ func RunS4(ctx context.Context, tl *Timeline, opts S4Options) (res S4Result, err
 		tl.Step("rebound agent on %s applied the peer set (the live nodes) and reloaded BIRD", b.Name)
 	}
 	for time.Since(start) < limit {
-		if ok, _ := routesAt(ctx, live, b); ok {
+		if ok, _ := birdlab.RoutesAt(ctx, live, b); ok {
 			res.Recovered, res.RecoveredAt = true, tl.Since()
 			tl.Step("every live node has %s's route, %.1fs after it returned", b.Name, (res.RecoveredAt - res.RestartedAt).Seconds())
 			return res, nil
@@ -270,24 +270,4 @@ func watchSessions(ctx context.Context, tl *Timeline, lab *birdlab.Lab, b *birdl
 		}
 	}()
 	return done
-}
-
-func othersOf(all []*birdlab.Node, self *birdlab.Node) []*birdlab.Node {
-	var out []*birdlab.Node
-	for _, n := range all {
-		if n != self {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// routesAt reports whether every observer has b's route.
-func routesAt(ctx context.Context, observers []*birdlab.Node, b *birdlab.Node) (bool, string) {
-	for _, obs := range observers {
-		if ok, err := birdlab.HasRoute(ctx, obs, b.Route); !ok {
-			return false, fmt.Sprintf("%s lacks %s (%v)", obs.Name, b.Route, err)
-		}
-	}
-	return true, ""
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"rebound/internal/sandbox"
+	"rebound/internal/scenario"
 	"rebound/pkg/restore"
 )
 
@@ -67,7 +68,7 @@ func TestS2RestoreCLI(t *testing.T) {
 	ctx := testContext(t, 6*time.Minute)
 	bin := reboundBinary // built by TestMain
 	c := startSandbox(t, 1, sandbox.FastTimings())
-	ws := s2Workloads(c.NodeNames)
+	ws := scenario.S2Workloads(c.NodeNames)
 	createAvailable(ctx, t, c, ws)
 	dir := t.TempDir()
 	backup := filepath.Join(dir, "backup.db")

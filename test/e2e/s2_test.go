@@ -29,17 +29,6 @@ import (
 // those Deployments times out. `rebound restore bringup` reschedules them
 // and they are Available within its deadline.
 
-// s2Workloads are the stand-ins of the seed's essential services, each
-// preferring one of the nodes that will be down after the restore.
-func s2Workloads(nodes []string) []scenario.Workload {
-	names := []string{"calico-kube-controllers", "coredns", "tiller-deploy"}
-	out := make([]scenario.Workload, len(names))
-	for i, n := range names {
-		out[i] = scenario.Workload{Namespace: "kube-system", Name: n, PreferNode: nodes[(i+2)%len(nodes)], PriorityClass: "system-cluster-critical"}
-	}
-	return out
-}
-
 func refsOf(ws []scenario.Workload) []restore.WorkloadRef {
 	out := make([]restore.WorkloadRef, len(ws))
 	for i, w := range ws {
@@ -164,7 +153,7 @@ func TestS2PlatformRestore(t *testing.T) {
 	t.Parallel()
 	c := startSandbox(t, 5, sandbox.FastTimings())
 	ctx := testContext(t, 9*time.Minute)
-	ws := s2Workloads(c.NodeNames)
+	ws := scenario.S2Workloads(c.NodeNames)
 	refs := refsOf(ws)
 	createAvailable(ctx, t, c, ws)
 
@@ -390,7 +379,7 @@ func TestS2SingleNodeRestore(t *testing.T) {
 	t.Parallel()
 	c := startSandbox(t, 1, sandbox.FastTimings())
 	ctx := testContext(t, 5*time.Minute)
-	ws := s2Workloads(c.NodeNames)
+	ws := scenario.S2Workloads(c.NodeNames)
 	createAvailable(ctx, t, c, ws)
 	backup := filepath.Join(t.TempDir(), "aio-sx.db")
 	if _, err := c.Backup(ctx, backup); err != nil {

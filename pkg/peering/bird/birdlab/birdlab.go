@@ -398,3 +398,25 @@ func freePort(addr netip.Addr, anyAddr bool) (uint16, error) {
 		}
 	}
 }
+
+// Others returns the nodes of all except self, in order.
+func Others(all []*Node, self *Node) []*Node {
+	var out []*Node
+	for _, n := range all {
+		if n != self {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// RoutesAt reports whether every observer has b's route, and if not, which
+// one lacks it.
+func RoutesAt(ctx context.Context, observers []*Node, b *Node) (bool, string) {
+	for _, obs := range observers {
+		if ok, err := HasRoute(ctx, obs, b.Route); !ok {
+			return false, fmt.Sprintf("%s lacks %s (%v)", obs.Name, b.Route, err)
+		}
+	}
+	return true, ""
+}
