@@ -348,13 +348,8 @@ func runS1(ctx context.Context, env *runEnv) ([]Lane, error) {
 			errs[i] = err
 			l.Events = tl.Events()
 			l.S1 = &res
-			l.FromLabel = "node-3 NotReady"
-			l.FromSeconds = res.PodNodeNotReadyAt.Seconds()
-			l.RecoverySeconds = -1
-			l.Recovered = res.Recovered
+			l.setRecovery("node-3 NotReady", res.PodNodeNotReadyAt, res.RecoveredAt, res.Recovered)
 			if res.Recovered {
-				l.RecoveredAtSeconds = res.RecoveredAt.Seconds()
-				l.RecoverySeconds = (res.RecoveredAt - res.PodNodeNotReadyAt).Seconds()
 				l.Outcome = fmt.Sprintf("%.1fs (on %s)", l.RecoverySeconds, "node-0")
 			} else {
 				l.Outcome = fmt.Sprintf("never: still %d/%d available after %.0fs, zone %s", res.Final.Available, res.Final.Desired,
@@ -477,4 +472,17 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	return len(b), nil
+}
+
+// setRecovery records when the lane's clock starts (from, named label) and,
+// if it recovered, when and how long after: the same for every scenario.
+func (l *Lane) setRecovery(label string, from, at time.Duration, recovered bool) {
+	l.FromLabel = label
+	l.FromSeconds = from.Seconds()
+	l.Recovered = recovered
+	l.RecoverySeconds = -1
+	if recovered {
+		l.RecoveredAtSeconds = at.Seconds()
+		l.RecoverySeconds = (at - from).Seconds()
+	}
 }

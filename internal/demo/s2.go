@@ -48,13 +48,8 @@ func runS2(ctx context.Context, env *runEnv) ([]Lane, error) {
 			errs[i] = err
 			l.Events = tl.Events()
 			l.S2 = &res
-			l.FromLabel = "restored"
-			l.FromSeconds = res.RestoredAt.Seconds()
-			l.RecoverySeconds = -1
-			l.Recovered = res.Recovered
+			l.setRecovery("restored", res.RestoredAt, res.RecoveredAt, res.Recovered)
 			if res.Recovered {
-				l.RecoveredAtSeconds = res.RecoveredAt.Seconds()
-				l.RecoverySeconds = (res.RecoveredAt - res.RestoredAt).Seconds()
 				l.Outcome = fmt.Sprintf("%.1fs (%d/%d Deployments on node-0)", l.RecoverySeconds, res.Available, res.Workloads)
 			} else if res.Bringup != nil {
 				l.Outcome = fmt.Sprintf("never: timed out after %.0fs, %d/%d Deployments Available, zone %s",

@@ -68,13 +68,8 @@ func startS4(ctx context.Context, env *runEnv) (wait func() ([]Lane, error)) {
 			errs[i] = err
 			l.Events = tl.Events()
 			l.S4 = &res
-			l.FromLabel = "node-1 returns"
-			l.FromSeconds = res.RestartedAt.Seconds()
-			l.RecoverySeconds = -1
-			l.Recovered = res.Recovered
+			l.setRecovery("node-1 returns", res.RestartedAt, res.RecoveredAt, res.Recovered)
 			if res.Recovered {
-				l.RecoveredAtSeconds = res.RecoveredAt.Seconds()
-				l.RecoverySeconds = (res.RecoveredAt - res.RestartedAt).Seconds()
 				l.Outcome = fmt.Sprintf("%.1fs (routes restored)", l.RecoverySeconds)
 				if l.RecoverySeconds >= float64(res.WaitSeconds)-5 {
 					l.Outcome = fmt.Sprintf("%.1fs (BIRD's %d s graceful restart wait ran out)", l.RecoverySeconds, res.WaitSeconds)
