@@ -9,6 +9,12 @@ import _ "embed"
 //go:embed crd/rebound.dev_recoverypolicies.yaml
 var RecoveryPolicyCRD []byte
 
+// PeeringReportCRD is the PeeringReport CustomResourceDefinition: the
+// agents' BGP session reports.
+//
+//go:embed crd/rebound.dev_peeringreports.yaml
+var PeeringReportCRD []byte
+
 // DefaultRecoveryPolicy is the default RecoveryPolicy (kube-system critical
 // pods, 30 s).
 //

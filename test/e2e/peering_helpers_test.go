@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -26,13 +27,17 @@ import (
 	"rebound/internal/agent"
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
+	"rebound/internal/scenario"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird/birdlab"
 )
 
 // startPeeringController runs the peering reconciler in-process against
-// the sandbox, as `rebound controller` would, until the test ends.
-func startPeeringController(t *testing.T, c *sandbox.Cluster, opts controller.PeeringOptions) {
+// the sandbox, as `rebound controller` would, until the test ends. It
+// installs the PeeringReport CRD first. Unless opts names one, the set is
+// published in ConfigMap <state name>-set (several controllers may share
+// a sandbox); agents must be given the returned name (Options.PeerSet).
+func startPeeringController(t *testing.T, c *sandbox.Cluster, opts controller.PeeringOptions) types.NamespacedName {
 	t.Helper()
 	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -43,6 +48,16 @@ func startPeeringController(t *testing.T, c *sandbox.Cluster, opts controller.Pe
 	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
+	}
+	if err := scenario.EnsurePeeringReportCRD(ctx, c.Config); err != nil {
+		t.Fatal(err)
+	}
+	if opts.PeerSet.Name == "" {
+		name := opts.State.Name
+		if name == "" {
+			name = controller.DefaultPeeringStateName
+		}
+		opts.PeerSet = types.NamespacedName{Namespace: ns, Name: name + "-set"}
 	}
 	skip := true
 	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
@@ -67,6 +82,7 @@ func startPeeringController(t *testing.T, c *sandbox.Cluster, opts controller.Pe
 			t.Errorf("peering controller: %v", err)
 		}
 	})
+	return opts.PeerSet
 }
 
 // setCtrlLogger silences controller-runtime's warning about a missing
@@ -111,7 +127,14 @@ func startAgent(t *testing.T, c *sandbox.Cluster, lab *birdlab.Lab, n *birdlab.N
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.NodeName, opts.Client = n.Name, cs
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.PeerSet.Name == "" {
+		t.Fatal("startAgent: set Options.PeerSet to what startPeeringController returned")
+	}
+	opts.NodeName, opts.Client, opts.Reports = n.Name, cs, agent.APIReportWriter{Client: dyn}
 	opts.MeshPath, opts.Socket = n.MeshPath, n.Socket
 	opts.Address, opts.ListenPort = n.Address, n.Port
 	mc := lab.MeshConfig(n, nil)
