@@ -55,7 +55,7 @@ func Plan(in Input, now time.Time) Result {
 			allNotReady = false
 		}
 		d := decide(cfg, n, prev, known, ev.Alive[n.Name], now)
-		if d.inSet && dups[n.Name] != "" {
+		if dups[n.Name] != "" {
 			d = decision{reason: OutDuplicate, message: dups[n.Name]}
 		}
 		decisions[i] = d
