@@ -20,3 +20,17 @@ var PeeringReportCRD []byte
 //
 //go:embed policy/default-recoverypolicy.yaml
 var DefaultRecoveryPolicy []byte
+
+// The agent's namespace, RBAC and ValidatingAdmissionPolicy (deploy/agent),
+// and the controller's namespace (deploy/controller), for tests and the
+// demo that install the agent's confinement on a sandbox.
+var (
+	//go:embed agent/namespace.yaml
+	AgentNamespace []byte
+	//go:embed agent/rbac.yaml
+	AgentRBAC []byte
+	//go:embed agent/admission.yaml
+	AgentAdmission []byte
+	//go:embed controller/namespace.yaml
+	ControllerNamespace []byte
+)
