@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -242,15 +241,6 @@ func (b *bringup) step(ctx context.Context, s *clusterState, now time.Time) bool
 	if outcome, done := outcomeFor(states, now, b.deadline); done {
 		b.finish(outcome, now)
 		return true
-	}
-	return false
-}
-
-func nodeReady(conds []corev1.NodeCondition) bool {
-	for _, c := range conds {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
 	}
 	return false
 }

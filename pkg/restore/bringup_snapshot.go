@@ -6,6 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/rescue"
 )
 
@@ -14,7 +15,7 @@ func (b *bringup) nodeHealth(s *clusterState) map[string]NodeHealth {
 	out := make(map[string]NodeHealth, len(s.nodes))
 	ready := 0
 	for _, n := range s.nodes {
-		h := NodeHealth{Ready: nodeReady(n.Status.Conditions), Heartbeat: b.beats.observe(n.Name, s.heartbeat[n.Name])}
+		h := NodeHealth{Ready: kubestatus.NodeReady(n), Heartbeat: b.beats.observe(n.Name, s.heartbeat[n.Name])}
 		out[n.Name] = h
 		if h.Ready {
 			ready++
