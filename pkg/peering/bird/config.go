@@ -35,7 +35,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 )
 
 // Version selects the configuration syntax.
@@ -176,76 +175,4 @@ func (c MeshConfig) Validate() error {
 // skips reports whether p is the local node, which is not its own peer.
 func (c MeshConfig) skips(p Peer) bool {
 	return p.Name == c.NodeName || (p.Address.IsValid() && p.Address == c.Address)
-}
-
-// KernelConfig adds a `protocol kernel` to a standalone configuration.
-type KernelConfig struct {
-	// Export programs the routes learned from peers into the kernel's main
-	// table. Only do this inside a network namespace: on a shared host it
-	// changes the host's routing.
-	Export bool
-}
-
-// StandaloneConfig is a complete BIRD configuration for one test node:
-// router id, the mesh, static routes to announce, and optionally a kernel
-// protocol. End-to-end tests run several of these on 127.0.0.x.
-type StandaloneConfig struct {
-	// Mesh is the node's mesh; its ListenPort is required, since several
-	// test instances share one host. Its filters must be unset: the
-	// standalone file defines its own (peers' routes in, static routes out).
-	Mesh MeshConfig
-	// RouterID defaults to Mesh.Address.
-	RouterID netip.Addr
-	// Routes are announced to the peers as blackhole static routes, like
-	// the /26 IPAM block Calico announces for a node.
-	Routes []netip.Prefix
-	// Kernel, when set, adds a kernel protocol with graceful restart.
-	Kernel *KernelConfig
-	// MeshInclude, when set, is the absolute path of a mesh include file
-	// (what `rebound agent` writes with RenderMesh): the configuration
-	// includes it instead of rendering Mesh.Peers inline. Mesh still gives
-	// the node name, address, version and listen port, and the include
-	// must be rendered with the same ListenPort.
-	MeshInclude string
-}
-
-// Validate checks the standalone fields, then the mesh.
-func (c StandaloneConfig) Validate() error {
-	var errs []error
-	if c.RouterID.IsValid() {
-		if err := checkIPv4("routerID", c.RouterID); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if c.Mesh.ListenPort == 0 {
-		errs = append(errs, errors.New("mesh.listenPort: required for a standalone configuration (several instances share one host)"))
-	}
-	if c.Mesh.ImportFilter != "" || c.Mesh.ExportFilter != "" {
-		errs = append(errs, errors.New("mesh.importFilter/exportFilter: must be empty, the standalone configuration defines its own filters"))
-	}
-	for i, r := range c.Routes {
-		field := fmt.Sprintf("routes[%d]", i)
-		switch {
-		case !r.IsValid():
-			errs = append(errs, fmt.Errorf("%s: not a valid prefix", field))
-		case !r.Addr().Is4():
-			errs = append(errs, fmt.Errorf("%s %s: want an IPv4 prefix", field, r))
-		case r != r.Masked():
-			errs = append(errs, fmt.Errorf("%s %s: host bits set, want %s", field, r, r.Masked()))
-		}
-	}
-	if c.MeshInclude != "" {
-		if err := checkText("meshInclude", c.MeshInclude); err != nil {
-			errs = append(errs, err)
-		} else if !strings.HasPrefix(c.MeshInclude, "/") {
-			errs = append(errs, fmt.Errorf("meshInclude %q: want an absolute path (BIRD resolves a relative one against its working directory)", c.MeshInclude))
-		}
-	}
-	if err := c.Mesh.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("bird standalone config: %w", errors.Join(errs...))
 }
