@@ -41,6 +41,15 @@ type meshView struct {
 	ImportFilter        string
 	ExportFilter        string
 	Peers               []peerView
+	BFD                 *bfdView
+	// StrictBind is BIRD 2's listen-on-this-address-only, for BGP and BFD.
+	StrictBind bool
+}
+
+// bfdView is a validated, defaulted BFD configuration.
+type bfdView struct {
+	IntervalMS int64
+	Multiplier int
 }
 
 // peerView is one rendered peer: defaults resolved, the local node removed.
@@ -81,6 +90,10 @@ func newMeshView(c MeshConfig) meshView {
 		ListenPort:          c.ListenPort,
 		ImportFilter:        c.ImportFilter,
 		ExportFilter:        c.ExportFilter,
+		StrictBind:          c.ListenPort != 0,
+	}
+	if c.BFD != nil {
+		v.BFD = &bfdView{IntervalMS: c.BFD.Interval.Milliseconds(), Multiplier: c.BFD.Multiplier}
 	}
 	for _, p := range c.Peers {
 		if c.skips(p) {

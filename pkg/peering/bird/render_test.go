@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"rebound/internal/birdtest"
 	"rebound/pkg/peering/bird"
@@ -59,6 +60,17 @@ var goldenCases = func() []goldenCase {
 		cases = append(cases,
 			goldenCase{name: tag + "_calico_mesh", version: v, render: func(v bird.Version) ([]byte, error) {
 				return bird.RenderMesh(calicoMesh(v))
+			}},
+			goldenCase{name: tag + "_calico_mesh_bfd", version: v, render: func(v bird.Version) ([]byte, error) {
+				c := calicoMesh(v)
+				c.BFD = &bird.BFD{}
+				return bird.RenderMesh(c)
+			}},
+			goldenCase{name: tag + "_listen_port_bfd", version: v, render: func(v bird.Version) ([]byte, error) {
+				c := calicoMesh(v)
+				c.ListenPort = 1790
+				c.BFD = &bird.BFD{Interval: 100 * time.Millisecond, Multiplier: 5}
+				return bird.RenderMesh(c)
 			}},
 			goldenCase{name: tag + "_alone_defaults", version: v, render: func(v bird.Version) ([]byte, error) {
 				return bird.RenderMesh(bird.MeshConfig{Version: v, NodeName: "node-a", Address: addr("10.0.0.9"), AS: 64512})
@@ -175,6 +187,9 @@ func TestRenderRejectsInvalidConfig(t *testing.T) {
 		{"restart wait negative", func(c *bird.MeshConfig) { c.GracefulRestartWait = -5 }, "gracefulRestartWait"},
 		{"restart wait too long", func(c *bird.MeshConfig) { c.GracefulRestartWait = 70000 }, "gracefulRestartWait"},
 		{"filter with a space", func(c *bird.MeshConfig) { c.ExportFilter = "all; import none" }, "exportFilter"},
+		{"BFD interval too short", func(c *bird.MeshConfig) { c.BFD = &bird.BFD{Interval: time.Millisecond} }, "bfd.interval"},
+		{"BFD interval not in milliseconds", func(c *bird.MeshConfig) { c.BFD = &bird.BFD{Interval: 1500 * time.Microsecond} }, "bfd.interval"},
+		{"BFD multiplier too large", func(c *bird.MeshConfig) { c.BFD = &bird.BFD{Multiplier: 256} }, "bfd.multiplier"},
 		{"duplicate peer address", func(c *bird.MeshConfig) { c.Peers[1].Address = c.Peers[0].Address; c.Peers[1].Name = "other" }, "peers[1].address"},
 	}
 	for _, tc := range tests {
