@@ -80,9 +80,9 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("rebound agent: %w", err)
 	}
 	return &Agent{
-		opts:    opts,
-		log:     opts.Logger.With("node", opts.NodeName),
-		clock:   opts.Clock,
+		opts:     opts,
+		log:      opts.Logger.With("node", opts.NodeName),
+		clock:    opts.Clock,
 		trigger:  make(chan struct{}, 1),
 		warned:   map[string]bool{},
 		starting: true,
