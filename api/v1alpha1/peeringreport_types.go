@@ -47,6 +47,10 @@ type PeeringReportData struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	BirdError string `json:"birdError,omitempty"`
+	// BirdRecovering is true while BIRD is in graceful-restart recovery
+	// (it is starting): its sessions say nothing about other nodes yet.
+	// +optional
+	BirdRecovering bool `json:"birdRecovering,omitempty"`
 	// Established counts the sessions that are Established with peers the
 	// published set marks Ready; they are not listed.
 	// +optional

@@ -41,6 +41,9 @@ type Agent struct {
 	retryDelay time.Duration
 	lastReport *peering.Report // last one written
 	refused    string          // why the current document was refused, logged once
+	// starting: BIRD is not running or in graceful-restart recovery, so
+	// the start rule (StartPeers) picks the peers; see start.go.
+	starting bool
 
 	mu      sync.Mutex // guards what the HTTP handlers and Stats read
 	stats   Stats
@@ -84,10 +87,11 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("rebound agent: %w", err)
 	}
 	return &Agent{
-		opts:    opts,
-		log:     opts.Logger.With("node", opts.NodeName),
-		clock:   opts.Clock,
-		trigger: make(chan struct{}, 1),
+		opts:     opts,
+		log:      opts.Logger.With("node", opts.NodeName),
+		clock:    opts.Clock,
+		trigger:  make(chan struct{}, 1),
+		starting: true,
 	}, nil
 }
 
@@ -237,7 +241,7 @@ func (a *Agent) nextRetry() time.Duration {
 
 // sync applies the current set; false asks for a retry.
 func (a *Agent) sync(ctx context.Context) bool {
-	peers, doc, refusal := a.currentPeers()
+	peers, doc, refusal := a.desiredPeers(ctx)
 	if refusal != "" {
 		// Retrying cannot help until the document changes (a watch event).
 		a.noteRefusal(refusal)
@@ -325,7 +329,7 @@ func (a *Agent) runOnce(parent context.Context) error {
 		return keep(fmt.Errorf("the published set %s did not arrive within --once-timeout %s", a.opts.PeerSet, a.opts.OnceTimeout))
 	}
 	a.setRunning()
-	peers, doc, refusal := a.currentPeers()
+	peers, doc, refusal := a.desiredPeers(ctx)
 	if refusal != "" {
 		a.noteRefusal(refusal)
 		return keep(errors.New(refusal))
@@ -342,6 +346,27 @@ func (a *Agent) runOnce(parent context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("rebound agent --once: %s: %w", outcome, err)
+}
+
+// desiredPeers is what to render now: the published set, or, while BIRD
+// starts, the start rule's part of it (start.go).
+func (a *Agent) desiredPeers(ctx context.Context) ([]bird.Peer, *peering.PeerSet, string) {
+	peers, doc, refusal := a.currentPeers()
+	if refusal != "" {
+		return nil, nil, refusal
+	}
+	if a.starting && !a.opts.Once && !a.birdStarting(ctx) {
+		a.starting = false
+	}
+	if !a.starting {
+		return peers, doc, ""
+	}
+	start := StartPeers(a.startView(ctx, doc, peers))
+	if len(start) < len(peers) {
+		a.log.Info("BIRD is starting: peers without evidence of life left out until its recovery ends",
+			"start", peerNames(start), "set", peerNames(peers))
+	}
+	return start, doc, ""
 }
 
 // currentPeers reads the published set from the informer's cache and
@@ -418,6 +443,11 @@ func (a *Agent) poll(ctx context.Context) {
 	a.mu.Unlock()
 	if !synced || doc == nil {
 		return // the set is not known to BIRD yet: nothing to say
+	}
+	if a.starting && !a.birdStarting(ctx) {
+		// BIRD's recovery is over: render the whole set from now on.
+		a.starting = false
+		a.kick()
 	}
 	now := a.clock.Now()
 	var report peering.Report

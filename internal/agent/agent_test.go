@@ -30,6 +30,7 @@ import (
 func node(name, addr string, inSet bool) *corev1.Node {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{peering.AnnotationCalicoIPv4: addr + "/24"}},
+		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
 	}
 	if inSet {
 		n.Labels[peering.LabelInSet] = "true"
@@ -386,5 +387,33 @@ func TestAgentOnceDeadlineKeepsTheLastGoodFile(t *testing.T) {
 	a, _ = New(opts)
 	if err := a.Run(context.Background()); err != nil || a.Stats().Refused != 1 {
 		t.Fatalf("empty set with --once: Run = %v, stats %+v; want nil and one refusal", err, a.Stats())
+	}
+}
+
+// TestAgentOnceLeavesOutNotReadyPeersInGrace: BIRD's start renders only
+// peers with evidence of life (the start rule), whatever the set says
+// about a NotReady peer in its grace period.
+func TestAgentOnceLeavesOutNotReadyPeersInGrace(t *testing.T) {
+	nodes := []*corev1.Node{node("node-a", "10.0.0.1", true), node("node-b", "10.0.0.2", true), node("node-c", "10.0.0.3", true)}
+	doc := peering.PeerSet{Version: 1, Generation: 1, PublishedAt: agentT0, Peers: []peering.PublishedPeer{
+		{Name: "node-a", Address: netip.MustParseAddr("10.0.0.1"), Ready: true, Reason: peering.InReady},
+		{Name: "node-b", Address: netip.MustParseAddr("10.0.0.2"), Ready: true, Reason: peering.InReady},
+		{Name: "node-c", Address: netip.MustParseAddr("10.0.0.3"), Reason: peering.InGracePeriod}, // NotReady, in grace
+	}}
+	client := fake.NewClientset(nodes[0], nodes[1], nodes[2], peerSetConfigMap(doc))
+	path := filepath.Join(t.TempDir(), "mesh.conf")
+	fc := &fakeControl{path: path}
+	a, err := New(Options{
+		NodeName: "node-a", Client: client, MeshPath: path, Socket: "/run/bird.ctl", AS: 64512, Once: true,
+		Control: fc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := fc.seen[len(fc.seen)-1]; !strings.Contains(got, "Mesh_10_0_0_2") || strings.Contains(got, "Mesh_10_0_0_3") {
+		t.Errorf("BIRD's start config must have the Ready node-b and not the NotReady node-c:\n%s", got)
 	}
 }

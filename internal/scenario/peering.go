@@ -29,9 +29,9 @@ import (
 
 	"rebound/deploy"
 	"rebound/internal/agent"
+	"rebound/internal/birdlab"
 	"rebound/internal/controller"
 	"rebound/pkg/peering"
-	"rebound/pkg/peering/bird/birdlab"
 	"rebound/pkg/peering/kube"
 )
 

@@ -17,12 +17,12 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"rebound/internal/agent"
+	"rebound/internal/birdlab"
+	"rebound/internal/birdproc"
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
 	"rebound/pkg/diagnose"
 	"rebound/pkg/peering"
-	"rebound/pkg/peering/bird/birdlab"
-	"rebound/pkg/peering/bird/birdproc"
 )
 
 // S7, the peering half: a control-plane partition. Every node's BIRD and

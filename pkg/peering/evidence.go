@@ -40,6 +40,15 @@ type Evidence struct {
 	// node not Established (and BFD not up): the data plane confirms what
 	// the API says.
 	Down map[string]string
+	// Lost maps a Ready node to the evidence that the mesh has lost it
+	// although the API has not noticed yet (a node is NotReady only after
+	// node-monitor-grace-period; BFD notices in a second): every working
+	// reporter (Ready, fresh, BIRD read and out of graceful-restart
+	// recovery, at least one session Established) lists its session with
+	// the node down, and there is at least one. The start rule of the
+	// agent (internal/agent/start.go) leaves such a peer out of BIRD's
+	// start.
+	Lost map[string]string
 	// StaleAt is the earliest time at which a report that counts now
 	// stops counting (it ages out): the answer may change then without
 	// any new input. Zero when no report counts.
@@ -72,7 +81,7 @@ type Evidence struct {
 // ages out, the node is judged by the API alone.
 func AliveEvidence(nodes []Node, reports []Report, now time.Time, opts EvidenceOptions) Evidence {
 	opts = opts.WithDefaults()
-	ev := Evidence{Alive: map[string]string{}, Down: map[string]string{}}
+	ev := Evidence{Alive: map[string]string{}, Down: map[string]string{}, Lost: map[string]string{}}
 	byName := make(map[string]Node, len(nodes))
 	notReady := 0
 	for _, n := range nodes {
@@ -83,9 +92,6 @@ func AliveEvidence(nodes []Node, reports []Report, now time.Time, opts EvidenceO
 		if !n.Ready {
 			notReady++
 		}
-	}
-	if notReady == 0 {
-		return ev
 	}
 	// Reporters in name order, so the reporter named is stable.
 	sorted := make([]Report, len(reports))
@@ -132,7 +138,87 @@ func AliveEvidence(nodes []Node, reports []Report, now time.Time, opts EvidenceO
 	for node := range ev.Alive {
 		delete(ev.Down, node)
 	}
+	lostByMesh(byName, sorted, now, opts, ev.Lost)
 	return ev
+}
+
+// Reporter is one member of the mesh's view of its sessions: the input of
+// LostByMesh.
+type Reporter struct {
+	Name string
+	// Working: Ready, its report fresh, its BIRD out of graceful-restart
+	// recovery and at least one of its sessions Established. A BIRD that
+	// is itself starting knows nothing about anybody.
+	Working bool
+	// Sessions maps a peer name to "Established now" (BGP Established or
+	// BFD up); a peer it says nothing about is absent.
+	Sessions map[string]bool
+}
+
+// LostByMesh reports whether every working reporter other than peer that
+// speaks of peer has lost it, and at least one does. One working reporter
+// that still has the session keeps the peer; no working reporter says
+// nothing.
+func LostByMesh(peer string, reporters []Reporter) bool {
+	seen := false
+	for _, r := range reporters {
+		if !r.Working || r.Name == peer {
+			continue
+		}
+		up, configured := r.Sessions[peer]
+		if !configured {
+			continue
+		}
+		if up {
+			return false
+		}
+		seen = true
+	}
+	return seen
+}
+
+// lostByMesh fills lost for the Ready nodes every working reporter has
+// lost. Compact reports list a session with a Ready peer only when it is
+// not Established, so a working reporter that does not list the node is
+// taken to have it Established: the node is lost only when every working
+// reporter lists it down.
+func lostByMesh(byName map[string]Node, reports []Report, now time.Time, opts EvidenceOptions, lost map[string]string) {
+	var reporters []Reporter
+	for _, r := range reports {
+		n, known := byName[r.Reporter]
+		if !known || !n.Ready || r.Error != "" || r.Recovering || !reportFresh(r, now, opts) {
+			continue
+		}
+		rep := Reporter{Name: r.Reporter, Working: r.Established > 0, Sessions: map[string]bool{}}
+		for _, s := range r.Sessions {
+			up := s.Established() || s.BFD == BFDUp
+			rep.Sessions[s.Peer] = up
+			rep.Working = rep.Working || up
+		}
+		reporters = append(reporters, rep)
+	}
+	for name, n := range byName {
+		if !n.Ready {
+			continue
+		}
+		working, by := 0, ""
+		for _, r := range reporters {
+			if !r.Working || r.Name == name {
+				continue
+			}
+			working++
+			if up, listed := r.Sessions[name]; !listed || up {
+				working = -1
+				break
+			}
+			if by == "" {
+				by = r.Name
+			}
+		}
+		if working > 0 {
+			lost[name] = fmt.Sprintf("all %d working peers (%s, ...) report their session with it down, though it is Ready in the API", working, by)
+		}
+	}
 }
 
 // reportFresh: not older than ReportMaxAge, not further in the future

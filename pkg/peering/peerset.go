@@ -66,6 +66,10 @@ type PublishedPeer struct {
 	// (AliveEvidence): a live agent's fresh report of an Established
 	// session newer than its NotReady transition, or BFD up.
 	Alive string `json:"alive,omitempty"`
+	// Lost, for a Ready member, is the evidence that the mesh has lost it
+	// before the API noticed (Evidence.Lost); the start rule leaves it
+	// out of a starting BIRD.
+	Lost string `json:"lost,omitempty"`
 }
 
 // SameContent reports whether two documents publish the same set,
@@ -77,7 +81,7 @@ func (s PeerSet) SameContent(o PeerSet) bool {
 	}
 	for i := range s.Peers {
 		a, b := s.Peers[i], o.Peers[i]
-		if a.Name != b.Name || a.Address != b.Address || a.Port != b.Port || a.Ready != b.Ready || !a.ReadySince.Equal(b.ReadySince) || a.Reason != b.Reason || a.Alive != b.Alive {
+		if a.Name != b.Name || a.Address != b.Address || a.Port != b.Port || a.Ready != b.Ready || !a.ReadySince.Equal(b.ReadySince) || a.Reason != b.Reason || a.Alive != b.Alive || a.Lost != b.Lost {
 			return false
 		}
 	}

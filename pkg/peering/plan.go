@@ -125,6 +125,8 @@ func Plan(in Input, now time.Time) Result {
 			p := Peer{Name: n.Name, Address: n.Address, Port: n.Port, Ready: n.Ready, ReadySince: n.LastTransition, Reason: d.reason}
 			if !n.Ready {
 				p.Alive = ev.Alive[n.Name]
+			} else {
+				p.Lost = ev.Lost[n.Name]
 			}
 			res.Peers = append(res.Peers, p)
 		}

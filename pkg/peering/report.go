@@ -43,6 +43,9 @@ type Report struct {
 	// Error is why BIRD could not be read; a report with an error says
 	// nothing about sessions.
 	Error string
+	// Recovering: the reporter's BIRD is in graceful-restart recovery
+	// (starting): its sessions say nothing about other nodes yet.
+	Recovering bool
 	// Established counts the Established sessions with peers the set
 	// marks Ready; they are not listed.
 	Established int
@@ -93,7 +96,7 @@ func CompactReport(reporter string, observedAt time.Time, generation int64, sess
 // ObservedAt: an agent writes only when this is false or its last write
 // is getting old.
 func (r Report) SameContent(o Report) bool {
-	if r.Reporter != o.Reporter || r.SetGeneration != o.SetGeneration || r.Error != o.Error || r.Established != o.Established || len(r.Sessions) != len(o.Sessions) {
+	if r.Reporter != o.Reporter || r.SetGeneration != o.SetGeneration || r.Error != o.Error || r.Recovering != o.Recovering || r.Established != o.Established || len(r.Sessions) != len(o.Sessions) {
 		return false
 	}
 	for i := range r.Sessions {

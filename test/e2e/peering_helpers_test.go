@@ -19,11 +19,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"rebound/internal/agent"
+	"rebound/internal/birdlab"
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/peering"
-	"rebound/pkg/peering/bird/birdlab"
 )
 
 // startPeeringController runs the peering reconciler in-process against

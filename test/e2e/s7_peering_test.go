@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"rebound/internal/birdtest"
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdtest"
 )
 
 // TestS7ControlPlanePartitionPeering, the peering half of S7: 5 nodes,

@@ -20,6 +20,7 @@ func ReportFromAPI(obj *v1alpha1.PeeringReport) (peering.Report, error) {
 		ObservedAt:    obj.Report.ObservedAt.Time,
 		SetGeneration: obj.Report.SetGeneration,
 		Error:         obj.Report.BirdError,
+		Recovering:    obj.Report.BirdRecovering,
 		Established:   int(obj.Report.Established),
 	}
 	for _, p := range obj.Report.Peers {
@@ -43,10 +44,11 @@ func ReportToAPI(r peering.Report) *v1alpha1.PeeringReport {
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PeeringReport"},
 		ObjectMeta: metav1.ObjectMeta{Name: r.Reporter, Labels: map[string]string{"app.kubernetes.io/managed-by": "rebound-agent"}},
 		Report: v1alpha1.PeeringReportData{
-			ObservedAt:    metav1.NewTime(r.ObservedAt.Truncate(time.Second)),
-			SetGeneration: r.SetGeneration,
-			BirdError:     r.Error,
-			Established:   int32(r.Established),
+			ObservedAt:     metav1.NewTime(r.ObservedAt.Truncate(time.Second)),
+			SetGeneration:  r.SetGeneration,
+			BirdError:      r.Error,
+			BirdRecovering: r.Recovering,
+			Established:    int32(r.Established),
 		},
 	}
 	for _, s := range r.Sessions {
