@@ -23,8 +23,7 @@ import (
 // PeeringReports, the way a compromised agent would, with a credential
 // allowed to write the liar's own report only: what it claims is the
 // strongest lie the evidence rules accept (a session with the dead node
-// Established, re-established a second ago, refreshed every
-// LieInterval).
+// Established, re-established just now, refreshed every LieInterval).
 
 // S8LiarOptions tune the scenario. Zero values mean the defaults.
 type S8LiarOptions struct {
@@ -50,7 +49,9 @@ func (o S8LiarOptions) withDefaults() S8LiarOptions {
 		o.Hold = 3 * o.PruneGrace
 	}
 	if o.LieInterval == 0 {
-		o.LieInterval = 2 * time.Second
+		// Often enough that a claim newer than the dead node's NotReady
+		// transition (the API keeps seconds) is written within its grace.
+		o.LieInterval = 500 * time.Millisecond
 	}
 	if o.Logs == nil {
 		o.Logs = io.Discard
@@ -147,6 +148,9 @@ func S8LyingAgent(ctx context.Context, c *sandbox.Cluster, opts S8LiarOptions) (
 		}
 	}
 
+	if err := liars.lastErr(); err != nil {
+		return res, fmt.Errorf("the liars' reports: %w", err)
+	}
 	// Half 1: the first liar stops writing; its last report ages out.
 	lastWrite := liars.stop(names[1])
 	if err := waitMembers(ctx, c, pc.PeerSet, opts.ReportMaxAge+60*time.Second, names[4]+" leaves after the lie goes stale", func(m []string) bool { return !slices.Contains(m, names[4]) }); err != nil {
@@ -183,6 +187,14 @@ type lieWriter struct {
 	mu      sync.Mutex
 	stopped map[string]bool
 	last    map[string]time.Time
+	err     error // the last failed write
+}
+
+// lastErr is the last failed write, nil when none failed.
+func (l *lieWriter) lastErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
 }
 
 func (l *lieWriter) run(ctx context.Context, lies map[string]string) {
@@ -195,12 +207,15 @@ func (l *lieWriter) run(ctx context.Context, lies map[string]string) {
 				continue
 			}
 			now := time.Now()
-			r := peering.Report{Reporter: liar, ObservedAt: now, Sessions: []peering.Session{{Peer: dead, State: peering.StateEstablished, Since: now.Add(-time.Second)}}}
-			if l.w.WriteReport(ctx, r) == nil {
-				l.mu.Lock()
+			r := peering.Report{Reporter: liar, ObservedAt: now, Sessions: []peering.Session{{Peer: dead, State: peering.StateEstablished, Since: now}}}
+			err := l.w.WriteReport(ctx, r)
+			l.mu.Lock()
+			if err == nil {
 				l.last[liar] = now
-				l.mu.Unlock()
+			} else if ctx.Err() == nil {
+				l.err = err
 			}
+			l.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
@@ -20,6 +22,7 @@ import (
 // ConfigMaps other than the published set.
 func TestS8AgentCredentialConfined(t *testing.T) {
 	t.Parallel()
+	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
 	c := startSandbox(t, 3, sandbox.FastTimings())
 	ctx := testContext(t, 3*time.Minute)
 	res, err := scenario.S8AgentCredential(ctx, c, "node-1", "node-2")
@@ -56,6 +59,7 @@ func TestS8AgentCredentialConfined(t *testing.T) {
 // once the liar goes NotReady (while still writing).
 func TestS8LyingAgent(t *testing.T) {
 	t.Parallel()
+	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
 	c := startSandbox(t, 5, sandbox.FastTimings())
 	ctx := testContext(t, 6*time.Minute)
 	opts := scenario.S8LiarOptions{PruneGrace: 3 * time.Second, ReportMaxAge: 20 * time.Second, Logs: testLogWriter(t)}
