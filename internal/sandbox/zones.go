@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"rebound/pkg/kubestatus"
+
 	"context"
 	"fmt"
 	"sync"
