@@ -83,6 +83,11 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 		return s, x, err
 	}
 
+	// s.BGPAlive, the second liveness signal (issue 9, item 2), stays nil
+	// here. WIRING POINT: once pkg/peering turns the agents' session
+	// reports into evidence, fill it from x's BGP reports so that diagnose
+	// and the controller decide alike. nil is safe (no node counts as alive).
+
 	s.Policies, err = listPolicies(ctx, c)
 	switch {
 	case apierrors.IsNotFound(err):

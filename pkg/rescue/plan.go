@@ -415,3 +415,13 @@ func strandedSummary(cp *CriticalPod, maxUnavailable time.Duration, now time.Tim
 	return fmt.Sprintf("node %s NotReady for %s >= maxUnavailableTime %s, upstream eviction %s",
 		cp.Node, now.Sub(cp.NotReadySince).Round(time.Second), maxUnavailable, upstream)
 }
+
+// Workloads maps "namespace/pod" to the workload of every pod in the plan,
+// for the executor's Events (execute.Regarding).
+func (p *Plan) Workloads() map[string]Workload {
+	out := make(map[string]Workload, len(p.Critical))
+	for i := range p.Critical {
+		out[p.Critical[i].Key()] = p.Critical[i].Workload
+	}
+	return out
+}

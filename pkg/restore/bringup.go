@@ -100,8 +100,11 @@ type ActionReport struct {
 	Pod       string            `json:"pod,omitempty"`
 	Node      string            `json:"node,omitempty"`
 	DryRun    bool              `json:"dryRun,omitempty"`
-	Outcome   string            `json:"outcome"`
-	Reason    string            `json:"reason"`
+	// Result is rescue.ResultSucceeded, AlreadyDone, Refused or Failed
+	// ("" when not applied); Outcome says what happened in words.
+	Result  string `json:"result,omitempty"`
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason"`
 }
 
 // Err returns nil on success and otherwise an *Error with the outcome's
@@ -285,8 +288,9 @@ func (b *bringup) step(ctx context.Context, s *clusterState, now time.Time) bool
 	dry := b.opts.DryRun || b.policy.Spec.DryRun
 	b.reportPlan(plan, dry || b.opts.WaitOnly)
 
+	workloads := plan.Workloads()
 	for _, a := range plan.Actions {
-		b.act(ctx, s, a, dry || b.opts.WaitOnly, now)
+		b.act(ctx, a, workloads[a.Namespace+"/"+a.Pod], dry || b.opts.WaitOnly, now)
 	}
 
 	states := make([]State, 0, len(b.refs))
@@ -352,7 +356,11 @@ func (b *bringup) snapshot(s *clusterState, now time.Time) rescue.Snapshot {
 		PreviousZones: b.zones,
 		Defaults:      rescue.Defaults{ReplacementTimeout: b.opts.ReplacementTimeout},
 	}
+	seen := map[string]bool{}
 	for _, r := range b.refs {
+		for _, p := range s.podsOf(r) {
+			seen[p.Namespace+"/"+p.Name] = true
+		}
 		snap.Pods = append(snap.Pods, s.podsOf(r)...)
 		if d := s.workloads[r].deployment; d != nil {
 			snap.Deployments = append(snap.Deployments, d)
@@ -361,6 +369,14 @@ func (b *bringup) snapshot(s *clusterState, now time.Time) rescue.Snapshot {
 					snap.ReplicaSets = append(snap.ReplicaSets, rs)
 				}
 			}
+		}
+	}
+	// The other pods of the Ready nodes hold resources a replacement
+	// needs; the planner only sums them (they are on no NotReady node).
+	for _, p := range s.nodePods {
+		if k := p.Namespace + "/" + p.Name; !seen[k] {
+			seen[k] = true
+			snap.Pods = append(snap.Pods, p)
 		}
 	}
 	return snap
@@ -417,47 +433,6 @@ func decisionWords(cp rescue.CriticalPod, dry bool) string {
 		return fmt.Sprintf("%s (%s)", cp.Action, cp.Reason)
 	}
 	return fmt.Sprintf("%s: %s", cp.Decision, cp.Reason)
-}
-
-// act applies one action (or, dry, only records it) and keeps the
-// policy's status.lastActions as the controller would, so that the
-// planner's rate limit and its "one scale bounce per pod" rule hold across
-// rounds.
-func (b *bringup) act(ctx context.Context, s *clusterState, a rescue.Action, dry bool, now time.Time) {
-	rep := ActionReport{AtSeconds: b.out.since(), Kind: a.Kind, Namespace: a.Namespace, Name: a.Name, Pod: a.Pod, Node: a.Node, DryRun: dry, Reason: a.Reason}
-	if dry {
-		rep.Outcome = "not applied (dry run)"
-		if b.opts.WaitOnly && !b.opts.DryRun {
-			rep.Outcome = "not applied (wait only)"
-		}
-		if _, seen := b.planned[a.Key()]; !seen {
-			b.planned[a.Key()] = true
-			b.result.Actions = append(b.result.Actions, rep)
-		}
-		return
-	}
-	res := Apply(ctx, b.opts.Client, a)
-	rep.Outcome = res.Outcome
-	if res.Err != nil {
-		rep.Outcome = res.Err.Error()
-	}
-	b.result.Actions = append(b.result.Actions, rep)
-	b.out.line("action", "%s %s/%s: %s", a.Kind, a.Namespace, a.Name, rep.Outcome)
-	if res.Applied || res.Err != nil {
-		note := a.Reason
-		if res.Err != nil {
-			note = fmt.Sprintf("%s failed: %v; %s", a.Kind, res.Err, a.Reason)
-		}
-		if err := recordEvent(ctx, b.opts.Client, now, a, regardingFor(a, s), res.Err != nil, note); err != nil {
-			b.out.line("event", "Event for %s %s/%s not recorded: %v", a.Kind, a.Namespace, a.Name, err)
-		}
-	}
-	if !res.Applied {
-		return
-	}
-	// As the controller records it (rescue.Action.Record), newest first.
-	last := append([]v1alpha1.ActionRecord{a.Record(now, "Succeeded")}, b.policy.Status.LastActions...)
-	b.policy.Status.LastActions = last[:min(len(last), 10)]
 }
 
 // finish records the outcome and prints the summary.
