@@ -60,6 +60,10 @@ type RecoveryOptions struct {
 // 1000 s and would push a rescue far past its policy's deadline.
 const retryAfterError = 10 * time.Second
 
+// DefaultStopSwitch is the stop switch ConfigMap's default name (in the
+// controller's namespace); deploy/rbac grants get on this name only.
+const DefaultStopSwitch = "rebound-stop"
+
 // eventComponent names rebound controller in its Events.
 const eventComponent = "rebound.dev/controller"
 
