@@ -81,11 +81,12 @@ type RecoveryReconciler struct {
 	opts   RecoveryOptions
 	clock  clock.PassiveClock
 
-	mu        sync.Mutex
-	prevZones zone.Cluster
-	announced map[string]bool            // dry-run and stopped actions already logged
-	blocked   map[string]rescue.Decision // pod UID -> NoTarget/Held already reported
-	ledger    []rescue.LedgerEntry       // real actions of the last minute
+	mu             sync.Mutex
+	prevZones      zone.Cluster
+	prevDisruption rescue.Disruption
+	announced      map[string]bool            // dry-run and stopped actions already logged
+	blocked        map[string]rescue.Decision // pod UID -> NoTarget/Held already reported
+	ledger         []rescue.LedgerEntry       // real actions of the last minute
 }
 
 // SetupRecovery registers the recovery controller with the manager.
@@ -159,6 +160,7 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 	planSeconds.Observe(r.clock.Since(start).Seconds())
 	r.mu.Lock()
 	r.prevZones = plan.Zones
+	r.prevDisruption = plan.Disruption
 	r.mu.Unlock()
 	observePlan(plan)
 	for _, w := range plan.Warnings {
@@ -234,6 +236,7 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 	s := rescue.Snapshot{Now: now, ZoneConfig: r.opts.ZoneConfig, Defaults: r.opts.Defaults, Namespaces: map[string]map[string]string{}}
 	r.mu.Lock()
 	s.PreviousZones = r.prevZones
+	s.PreviousDisruption = r.prevDisruption
 	r.mu.Unlock()
 
 	var nodes corev1.NodeList

@@ -515,3 +515,46 @@ func TestRateLimitLedger(t *testing.T) {
 	}
 	runPlanCases(t, tests)
 }
+
+// TestFullDisruptionHeal: the partition heals node by node. The first plan
+// that sees node-0 Ready again must not find node-3's pod stranded (its
+// node was NotReady for minutes, but only because the control plane was
+// cut off): the maxUnavailableTime clock restarts when the full disruption
+// ends, as kube-controller-manager's does (the state is carried from plan
+// to plan in Plan.Disruption / Snapshot.PreviousDisruption).
+func TestFullDisruptionHeal(t *testing.T) {
+	w := s1(at(5 * time.Minute))
+	n0 := node0(w)
+	n0.Status.Conditions[0].Status = corev1.ConditionUnknown
+	n0.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0)
+	held := PlanFor(w.s)
+	if !held.Disruption.Active || held.Critical[0].Decision != DecisionHeld {
+		t.Fatalf("all NotReady: disruption %+v, decision %s", held.Disruption, held.Critical[0].Decision)
+	}
+
+	// node-0 is back first.
+	w.s.Now = at(5*time.Minute + 2*time.Second)
+	n0.Status.Conditions[0].Status = corev1.ConditionTrue
+	n0.Status.Conditions[0].LastTransitionTime = metav1.NewTime(w.s.Now)
+	w.s.PreviousDisruption = held.Disruption
+	healing := PlanFor(w.s)
+	if healing.Disruption.Active || !healing.Disruption.EndedAt.Equal(w.s.Now) {
+		t.Fatalf("disruption after node-0 returned: %+v", healing.Disruption)
+	}
+	cp := healing.Critical[0]
+	if cp.Decision != DecisionNotYet || len(healing.Actions) != 0 || !strings.Contains(cp.Reason, "the clock restarted at 2026-03-01T12:05:02Z") {
+		t.Fatalf("healing: %s %q, actions %v", cp.Decision, cp.Reason, healing.Actions)
+	}
+	if want := w.s.Now.Add(30 * time.Second); !cp.Deadline.Equal(want) || !healing.NextCheck.Equal(want) {
+		t.Errorf("deadline %v, next check %v, want both %v", cp.Deadline, healing.NextCheck, want)
+	}
+
+	// node-3 still NotReady a whole maxUnavailableTime after the heal: now
+	// it is stranded, and rebound acts.
+	w.s.Now = w.s.Now.Add(31 * time.Second)
+	w.s.PreviousDisruption = healing.Disruption
+	later := PlanFor(w.s)
+	if later.Critical[0].Decision != DecisionAct {
+		t.Errorf("a maxUnavailableTime after the heal: %s, want Act", later.Critical[0].Decision)
+	}
+}

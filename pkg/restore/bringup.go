@@ -145,10 +145,12 @@ type bringup struct {
 	deadline time.Time
 	beats    *heartbeats
 	zones    zone.Cluster
-	out      *progress
-	result   *Result
-	availAt  map[WorkloadRef]float64
-	planned  map[string]bool // actions listed in a dry run or wait-only
+	// disruption carries the full-disruption state from round to round.
+	disruption rescue.Disruption
+	out        *progress
+	result     *Result
+	availAt    map[WorkloadRef]float64
+	planned    map[string]bool // actions listed in a dry run or wait-only
 }
 
 func newBringup(ctx context.Context, opts Options) (*bringup, error) {
@@ -284,7 +286,7 @@ func (b *bringup) begin(s *clusterState) {
 func (b *bringup) step(ctx context.Context, s *clusterState, now time.Time) bool {
 	nodes := b.nodeHealth(s)
 	plan := rescue.PlanFor(b.snapshot(s, now))
-	b.zones = plan.Zones
+	b.zones, b.disruption = plan.Zones, plan.Disruption
 	dry := b.opts.DryRun || b.policy.Spec.DryRun
 	b.reportPlan(plan, dry || b.opts.WaitOnly)
 
@@ -347,14 +349,15 @@ func (b *bringup) nodeHealth(s *clusterState) map[string]NodeHealth {
 // workloads' namespaces only the essential pods and their owners.
 func (b *bringup) snapshot(s *clusterState, now time.Time) rescue.Snapshot {
 	snap := rescue.Snapshot{
-		Now:           now,
-		Nodes:         s.nodes,
-		Namespaces:    s.namespaces,
-		PVCs:          s.pvcs,
-		Policies:      []*v1alpha1.RecoveryPolicy{b.policy},
-		ZoneConfig:    b.opts.ZoneConfig,
-		PreviousZones: b.zones,
-		Defaults:      rescue.Defaults{ReplacementTimeout: b.opts.ReplacementTimeout},
+		Now:                now,
+		Nodes:              s.nodes,
+		Namespaces:         s.namespaces,
+		PVCs:               s.pvcs,
+		Policies:           []*v1alpha1.RecoveryPolicy{b.policy},
+		ZoneConfig:         b.opts.ZoneConfig,
+		PreviousZones:      b.zones,
+		PreviousDisruption: b.disruption,
+		Defaults:           rescue.Defaults{ReplacementTimeout: b.opts.ReplacementTimeout},
 	}
 	seen := map[string]bool{}
 	for _, r := range b.refs {
