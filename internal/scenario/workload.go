@@ -25,6 +25,10 @@ type Workload struct {
 	// PriorityClass marks the workload critical, as calico-kube-controllers
 	// and coredns are (system-cluster-critical).
 	PriorityClass string
+	// MinReadySeconds is the Deployment's: a pod counts as available only
+	// after being Ready that long (S9 sets an hour, so that the workload
+	// stays short whatever happens).
+	MinReadySeconds int32
 }
 
 func (w Workload) String() string { return w.Namespace + "/" + w.Name }
@@ -42,8 +46,9 @@ func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Replicas:        ptr.To[int32](1),
+			MinReadySeconds: w.MinReadySeconds,
+			Selector:        &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
