@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -105,9 +106,21 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{recoveryKey}
 	})
+	if err := indexPodsByNode(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	// Predicates (cache.go) keep heartbeats and healthy pods' churn from
+	// starting passes.
 	b := ctrl.NewControllerManagedBy(mgr).Named("recovery")
 	for _, obj := range watchedObjects() {
-		b = b.Watches(obj, all)
+		pred := builder.WithPredicates(trimmedChange())
+		switch obj.(type) {
+		case *corev1.Node:
+			pred = builder.WithPredicates(nodePredicate())
+		case *corev1.Pod:
+			pred = builder.WithPredicates(podPredicate(cachedNodeNotReady(mgr.GetCache())))
+		}
+		b = b.Watches(obj, all, pred)
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: 1}).Complete(r)
 }
@@ -229,54 +242,6 @@ func (r *RecoveryReconciler) requeue(plan rescue.Plan, acted, failed bool) ctrl.
 		res.RequeueAfter = soon
 	}
 	return res
-}
-
-// snapshot reads everything PlanFor needs from the caches.
-func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescue.Snapshot, error) {
-	s := rescue.Snapshot{Now: now, ZoneConfig: r.opts.ZoneConfig, Defaults: r.opts.Defaults, Namespaces: map[string]map[string]string{}}
-	r.mu.Lock()
-	s.PreviousZones = r.prevZones
-	s.PreviousDisruption = r.prevDisruption
-	r.mu.Unlock()
-
-	var nodes corev1.NodeList
-	var pods corev1.PodList
-	var namespaces corev1.NamespaceList
-	var pvcs corev1.PersistentVolumeClaimList
-	var rss appsv1.ReplicaSetList
-	var deps appsv1.DeploymentList
-	var policies v1alpha1.RecoveryPolicyList
-	for _, l := range []client.ObjectList{&nodes, &pods, &namespaces, &pvcs, &rss, &deps, &policies} {
-		if err := r.client.List(ctx, l); err != nil {
-			return s, fmt.Errorf("list %T: %w", l, err)
-		}
-	}
-	s.Nodes = pointers(nodes.Items)
-	s.Pods = pointers(pods.Items)
-	s.PVCs = pointers(pvcs.Items)
-	s.ReplicaSets = pointers(rss.Items)
-	s.Deployments = pointers(deps.Items)
-	s.Policies = pointers(policies.Items)
-	for i := range namespaces.Items {
-		s.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
-	}
-	s.RecentActions = r.recentActions(now)
-	// The second liveness signal (issue 9, item 2). WIRING POINT: the
-	// lead connects RecoveryOptions.BGPAlive to pkg/peering's evidence
-	// from the agents' session reports. Until then it is nil, and nil is
-	// safe: no node counts as alive.
-	if r.opts.BGPAlive != nil {
-		s.BGPAlive = r.opts.BGPAlive(ctx, s.Nodes, now)
-	}
-	return s, nil
-}
-
-func pointers[T any](items []T) []*T {
-	out := make([]*T, len(items))
-	for i := range items {
-		out[i] = &items[i]
-	}
-	return out
 }
 
 func (r *RecoveryReconciler) stopSwitchPulled(ctx context.Context) (bool, error) {

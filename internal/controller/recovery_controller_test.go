@@ -78,7 +78,13 @@ type recorder struct{ calls map[apiCall]bool }
 func newTestReconciler(t *testing.T, rec *recorder, objs []client.Object) (*RecoveryReconciler, client.Client, *kfake.Clientset) {
 	t.Helper()
 	s := Scheme()
-	base := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&v1alpha1.RecoveryPolicy{}).Build()
+	base := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&v1alpha1.RecoveryPolicy{}).
+		WithIndex(&corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
+			if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+				return []string{p.Spec.NodeName}
+			}
+			return nil
+		}).Build()
 	var runtimeObjs []runtime.Object
 	for _, o := range objs {
 		if _, ours := o.(*v1alpha1.RecoveryPolicy); !ours {

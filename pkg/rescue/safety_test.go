@@ -105,6 +105,7 @@ func TestNoTarget(t *testing.T) {
 	noTarget := func(why string) map[string]string {
 		return map[string]string{coredns: "no Ready node can run the replacement (" + why}
 	}
+	noTargetAt := at(time.Minute + noTargetRecheck) // re-checked without new input
 	tests := []planCase{
 		{
 			name: "only Ready node cordoned: NoTarget",
@@ -114,6 +115,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("cordoned (spec.unschedulable): node-0; NotReady: 4 node(s))"),
 			check: func(t *testing.T, p Plan) {
 				if r := p.Policies[0]; r.NoTarget != 1 || r.Actions != 0 || !strings.Contains(r.Blocked, "kube-system/"+coredns+" NoTarget") {
@@ -142,6 +144,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("taint dedicated=db:NoSchedule not tolerated: node-0"),
 		},
 		{
@@ -152,6 +155,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("taint maintenance:NoExecute not tolerated: node-0"),
 		},
 		{
@@ -174,6 +178,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("nodeSelector/required node affinity not matched: node-0"),
 		},
 		{
@@ -187,6 +192,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("nodeSelector/required node affinity not matched: node-0"),
 		},
 		{
@@ -211,6 +217,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("insufficient cpu (requests 500m, free 200m): node-0"),
 		},
 		{
@@ -234,6 +241,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("too many pods (1 of 1): node-0"),
 		},
 		{
@@ -248,10 +256,12 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("cordoned (spec.unschedulable): extra-a, extra-b, extra-c (+3 more); NotReady: 4 node(s))"),
 		},
 		{
-			name: "NoTarget also stops a scale bounce",
+			name:      "NoTarget also stops a scale bounce",
+			nextCheck: at(5*time.Minute + noTargetRecheck),
 			world: func() *world {
 				w := s1(at(5 * time.Minute))
 				terminating(w.s.Pods[0], at(31*time.Second))

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/zone"
 )
 
@@ -198,18 +199,15 @@ func IsFencingTaint(t *corev1.Taint) bool {
 // readyCondition reads a node's Ready condition. A node is NotReady when
 // its Ready condition is not True, including when it has none.
 func readyCondition(n *corev1.Node) (ready bool, status corev1.ConditionStatus, since time.Time) {
-	for i := range n.Status.Conditions {
-		c := &n.Status.Conditions[i]
-		if c.Type != corev1.NodeReady {
-			continue
-		}
-		since = c.LastTransitionTime.Time
-		if since.IsZero() {
-			since = n.CreationTimestamp.Time
-		}
-		return c.Status == corev1.ConditionTrue, c.Status, since
+	c := kubestatus.NodeReadyCondition(n)
+	if c == nil {
+		return false, "", n.CreationTimestamp.Time
 	}
-	return false, "", n.CreationTimestamp.Time
+	since = c.LastTransitionTime.Time
+	if since.IsZero() {
+		since = n.CreationTimestamp.Time
+	}
+	return c.Status == corev1.ConditionTrue, c.Status, since
 }
 
 // queuePositions sets nodeState.ahead. Upstream keeps one taint queue per

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"rebound/pkg/kubestatus"
 )
 
 // clusterState is one read of everything a bring-up looks at: all nodes and
@@ -80,7 +82,7 @@ func gather(ctx context.Context, client kubernetes.Interface, refs []WorkloadRef
 	}
 
 	for _, n := range s.nodes {
-		if !nodeReady(n.Status.Conditions) {
+		if !kubestatus.NodeReady(n) {
 			continue
 		}
 		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
