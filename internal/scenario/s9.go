@@ -60,6 +60,9 @@ func RunS9(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S9Options
 	grace := c.Timings.NodeMonitorGracePeriod
 	short := opts.Short
 	short.MinReadySeconds = 3600
+	// Only its first node and the survivor: a pod of it on OthersNode
+	// would be stranded again by a second, later incident.
+	short.AllowedNodes = []string{short.PreferNode, opts.Survivor}
 	tl.Step("create %s (never available: minReadySeconds 1h) on %s and %d critical Deployments on %s",
 		short, short.PreferNode, len(opts.Others), opts.OthersNode)
 	if err := short.Create(ctx, c.Client); err != nil {

@@ -29,6 +29,10 @@ type Workload struct {
 	// after being Ready that long (S9 sets an hour, so that the workload
 	// stays short whatever happens).
 	MinReadySeconds int32
+	// AllowedNodes, when set, is a required node affinity: the pods run
+	// only there (S9 keeps its short Deployment off the node that dies
+	// second).
+	AllowedNodes []string
 }
 
 func (w Workload) String() string { return w.Namespace + "/" + w.Name }
@@ -69,6 +73,16 @@ func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error
 				}}},
 			}},
 		}}
+	}
+	if len(w.AllowedNodes) > 0 {
+		if d.Spec.Template.Spec.Affinity == nil {
+			d.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{}}
+		}
+		d.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: w.AllowedNodes,
+			}}}},
+		}
 	}
 	_, err := client.AppsV1().Deployments(w.Namespace).Create(ctx, d, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
