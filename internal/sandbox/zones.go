@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"rebound/pkg/kubestatus"
-
 	"context"
 	"fmt"
 	"sync"
@@ -14,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"rebound/pkg/kubestatus"
 )
 
 // MaxNodes is the largest sandbox Start accepts. What a machine really
