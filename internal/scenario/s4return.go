@@ -68,7 +68,9 @@ func (l S4Lane) Name() string {
 	return fmt.Sprintf("s4_return%s_%s%s_%s_rebound", durationTag(l.ReturnAfter), versionTag(l.Bird), size, mode)
 }
 
-func durationTag(d time.Duration) string { return fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds())) }
+func durationTag(d time.Duration) string {
+	return fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds()))
+}
 
 func versionTag(v bird.Version) string { return "bird" + strings.ReplaceAll(string(v), ".", "") }
 
