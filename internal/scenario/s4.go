@@ -114,6 +114,10 @@ type S4Result struct {
 	RouteOfB    time.Duration `json:"routeOfB"`
 	RoutesOnB   time.Duration `json:"routesOnB"`
 	KernelTable bool          `json:"kernelTable"`
+	// SessionsDown (Freeze only) is how long after the failure the last
+	// session of a live node with a dead one left Established, by BIRD's
+	// own state-change times: BFD's detection, else the hold timer.
+	SessionsDown time.Duration `json:"sessionsDown,omitempty"`
 	// Cap is how long B's routes were waited for.
 	Cap time.Duration `json:"cap"`
 }
@@ -163,6 +167,11 @@ func RunS4(ctx context.Context, tl *Timeline, opts S4Options) (res S4Result, err
 	}
 	if err := r.fail(ctx); err != nil {
 		return res, err
+	}
+	if opts.Freeze {
+		if res.SessionsDown, err = r.sessionsDown(ctx); err != nil {
+			return res, err
+		}
 	}
 	if err := r.waitReturn(ctx); err != nil {
 		return res, err
@@ -281,6 +290,14 @@ func (r *s4Run) fail(ctx context.Context) error {
 			return err
 		}
 	}
+	if r.opts.Freeze {
+		return nil // the frozen peers' stale routes go with their sessions; see sessionsDown
+	}
+	return r.waitStaleRouteGone(ctx)
+}
+
+// waitStaleRouteGone waits until every live node dropped B's route.
+func (r *s4Run) waitStaleRouteGone(ctx context.Context) error {
 	return birdlab.Poll(ctx, 200*time.Millisecond, time.Minute+time.Duration(r.opts.GracefulRestartTime)*time.Second, "the live nodes drop B's stale route", func() (bool, string) {
 		for _, obs := range r.live {
 			if ok, err := birdlab.HasRoute(ctx, obs, r.b.Route); ok || err != nil {
@@ -289,6 +306,51 @@ func (r *s4Run) fail(ctx context.Context) error {
 		}
 		return true, ""
 	})
+}
+
+// sessionsDown waits until no live node has a session Established with a
+// dead one and returns when the last one changed, after the failure, by
+// BIRD's own timestamps; then until the stale routes are gone.
+func (r *s4Run) sessionsDown(ctx context.Context) (time.Duration, error) {
+	var last time.Time
+	err := birdlab.Poll(ctx, 100*time.Millisecond, time.Duration(bird.DefaultHoldTime+30)*time.Second, "the live nodes lose the dead ones", func() (bool, string) {
+		last = time.Time{}
+		for _, obs := range r.live {
+			protos, err := obs.Client().Protocols(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			by := map[string]bird.Protocol{}
+			for _, p := range protos {
+				by[p.Name] = p
+			}
+			for _, d := range r.dead {
+				p := by[bird.ProtocolName(d.Address)]
+				if p.Established() {
+					return false, fmt.Sprintf("%s still has %s Established", obs.Name, d.Name)
+				}
+				t, _, err := p.SinceTime(time.Now(), time.Local)
+				if err != nil {
+					return false, err.Error()
+				}
+				last = maxTime(last, t)
+			}
+		}
+		return true, ""
+	})
+	if err != nil {
+		return 0, err
+	}
+	down := last.Sub(r.failedAt)
+	r.tl.Add("bgp", "live nodes", "every session with a dead node down %.1fs after the failure", down.Seconds())
+	return down, r.waitStaleRouteGone(ctx)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // waitReturn waits until ReturnAfter has passed since the failure.
