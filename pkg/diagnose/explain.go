@@ -54,6 +54,8 @@ type Extra struct {
 	// Peering is the peering planner's configuration (prune grace
 	// period), used to explain why a node is in or out of the peer set.
 	Peering peering.Config
+	// BGP are the BGP timers of the blackhole budget.
+	BGP BGPSettings
 }
 
 // DefaultPolicy is the policy diagnose assumes when the RecoveryPolicy CRD
