@@ -89,6 +89,8 @@ type S4Hooks struct {
 	Returning func(ctx context.Context, lab *birdlab.Lab, b *birdlab.Node) error
 	// Returned runs right after B's BIRD started.
 	Returned func(ctx context.Context, lab *birdlab.Lab, b *birdlab.Node) error
+	// Measured runs once B's routes are measured, before the lab stops.
+	Measured func(ctx context.Context, lab *birdlab.Lab, res S4Result) error
 }
 
 // S4Result is what S4 found.
@@ -184,6 +186,9 @@ func RunS4(ctx context.Context, tl *Timeline, opts S4Options) (res S4Result, err
 	res.StartPeers = r.startPeers
 	if err := r.measure(ctx, &res); err != nil {
 		return res, err
+	}
+	if h := opts.Hooks.Measured; h != nil {
+		return res, h(ctx, lab, res)
 	}
 	return res, nil
 }
