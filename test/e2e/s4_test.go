@@ -158,7 +158,6 @@ func s4StopNodes(ctx context.Context, c *sandbox.Cluster, dead []*birdlab.Node) 
 	return nil
 }
 
-
 // s4Converge waits until every node has every other node's /26, and the
 // kernel node's table has them too, or fails the test.
 func s4Converge(ctx context.Context, t *testing.T, lab *birdlab.Lab, withKernel bool) {
@@ -189,7 +188,6 @@ func s4WaitConverged(ctx context.Context, lab *birdlab.Lab, withKernel bool) err
 		return true, ""
 	})
 }
-
 
 // s4KillBC kills B's and C's BIRD, stops their Nodes, waits until A has
 // dropped B's stale routes and both Nodes are NotReady, or fails the test.
@@ -230,7 +228,6 @@ func s4KillBandC(ctx context.Context, c *sandbox.Cluster, lab *birdlab.Lab, stop
 	}
 	return nil
 }
-
 
 func must(t *testing.T, err error) {
 	t.Helper()
