@@ -30,6 +30,7 @@ import (
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/diagnose"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -335,7 +336,7 @@ func TestDiagnoseS5(t *testing.T) {
 
 	createStatefulWorkload(ctx, t, cl)
 	waitPod(ctx, t, cl, "kube-system", "etcd-standin-0", func(p *corev1.Pod) bool {
-		return p.Spec.NodeName == "node-3" && podIsReady(p)
+		return p.Spec.NodeName == "node-3" && kubestatus.PodReady(p)
 	})
 	if err := c.StopNode(ctx, "node-3"); err != nil {
 		t.Fatal(err)
