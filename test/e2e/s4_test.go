@@ -103,19 +103,26 @@ func runS4(t *testing.T, v bird.Version, net int) {
 		t.Fatalf("without rebound: %v", r.err)
 	}
 	wo := r.res
-	if !wo.Recovered {
-		t.Fatalf("without rebound B and A lack each other's routes %s after B's BIRD started", wo.Cap)
-	}
-	metric(t, "s4_"+tag+"_route_restore_without_rebound", wo.RouteOfB.Seconds(), "s")
-	if wo.KernelTable {
-		metric(t, "s4_"+tag+"_kernel_restore_without_rebound", wo.RoutesOnB.Seconds(), "s")
-	}
-	metric(t, "s4_"+tag+"_recovery_without_rebound", wo.Recovery().Seconds(), "s")
+	s4Metrics(t, tag, "without", wo)
 	metric(t, "s4_"+tag+"_speedup", wo.Recovery().Seconds()/with.Recovery().Seconds(), "x")
 	if wo.RouteOfB < s4WithoutAtLeast || (wo.KernelTable && wo.RoutesOnB < s4WithoutAtLeast) {
 		t.Errorf("without rebound A had B's route %s and B had A's %s after B's BIRD started; the seed's failure holds them ~240 s (want >= %s)",
 			wo.RouteOfB, wo.RoutesOnB, s4WithoutAtLeast)
 	}
+}
+
+// s4Metrics prints a lane's measured delays, or fails when B and A never
+// got each other's routes.
+func s4Metrics(t *testing.T, tag, mode string, res scenario.S4Result) {
+	t.Helper()
+	if !res.Recovered {
+		t.Fatalf("%s rebound B and A lack each other's routes %s after B's BIRD started", mode, res.Cap)
+	}
+	metric(t, "s4_"+tag+"_route_restore_"+mode+"_rebound", res.RouteOfB.Seconds(), "s")
+	if res.KernelTable {
+		metric(t, "s4_"+tag+"_kernel_restore_"+mode+"_rebound", res.RoutesOnB.Seconds(), "s")
+	}
+	metric(t, "s4_"+tag+"_recovery_"+mode+"_rebound", res.Recovery().Seconds(), "s")
 }
 
 // s4Options are one lane's: three nodes on the sandbox Nodes
@@ -343,14 +350,7 @@ func s4WithRebound(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, tag
 	}
 	res, err := scenario.RunS4(ctx, scenario.NewTimeline(testWriter(t)), opts)
 	must(t, err)
-	if !res.Recovered {
-		t.Fatalf("with rebound B and A lack each other's routes %s after B's BIRD started", res.Cap)
-	}
-	metric(t, "s4_"+tag+"_route_restore_with_rebound", res.RouteOfB.Seconds(), "s")
-	if res.KernelTable {
-		metric(t, "s4_"+tag+"_kernel_restore_with_rebound", res.RoutesOnB.Seconds(), "s")
-	}
-	metric(t, "s4_"+tag+"_recovery_with_rebound", res.Recovery().Seconds(), "s")
+	s4Metrics(t, tag, "with", res)
 	if res.Recovery() > s4WithBound {
 		t.Errorf("with rebound A had B's route %s and B had A's %s after B's BIRD started, want <= %s", res.RouteOfB, res.RoutesOnB, s4WithBound)
 	}
