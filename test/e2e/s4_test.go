@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -17,6 +18,7 @@ import (
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -108,6 +110,40 @@ func runS4(t *testing.T, v bird.Version, net int) {
 	if wo.RouteOfB < s4WithoutAtLeast || (wo.KernelTable && wo.RoutesOnB < s4WithoutAtLeast) {
 		t.Errorf("without rebound A had B's route %s and B had A's %s after B's BIRD started; the seed's failure holds them ~240 s (want >= %s)",
 			wo.RouteOfB, wo.RoutesOnB, s4WithoutAtLeast)
+	}
+}
+
+// s4NotReadyToPruned measures, from the API's own timestamps, how long
+// after its NotReady transition each dead node left the set (the
+// controller's PeerSetRemoved Event), and checks it against the prune
+// grace period plus slack.
+func s4NotReadyToPruned(ctx context.Context, t *testing.T, c *sandbox.Cluster, dead []*birdlab.Node) {
+	t.Helper()
+	var worst time.Duration
+	for _, n := range dead {
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		must(t, err)
+		_, notReadyAt := kubestatus.NodeReadySince(node)
+		var removedAt time.Time
+		poll(ctx, t, 30*time.Second, n.Name+"'s PeerSetRemoved Event", func() (bool, string) {
+			evs, err := c.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+				FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.Name + ",reason=PeerSetRemoved",
+			})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, ev := range evs.Items {
+				if at := ev.CreationTimestamp.Time; at.After(notReadyAt) && (removedAt.IsZero() || at.Before(removedAt)) {
+					removedAt = at
+				}
+			}
+			return !removedAt.IsZero(), fmt.Sprintf("%d events", len(evs.Items))
+		})
+		worst = max(worst, removedAt.Sub(notReadyAt))
+	}
+	metric(t, "s4_notready_to_pruned", worst.Seconds(), "s")
+	if bound := s4PruneGrace + 5*time.Second; worst > bound {
+		t.Errorf("a dead node left the set %s after its NotReady transition, want <= grace %s + 5 s", worst, s4PruneGrace)
 	}
 }
 
@@ -252,8 +288,16 @@ func s4WithRebound(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, tag
 	ctx := testContext(t, 9*time.Minute)
 	opts := s4Options(t, c, bins, tag+"-w", net, 3)
 	opts.Rebound, opts.Cap = true, 2*time.Minute
+	// BFD on, as the agent's default: BIRD 2 only (several BIRD 1.6 on one
+	// host cannot share BFD's ports), with the dead nodes losing power
+	// (frozen) so that only BFD tells their peers at once.
+	withBFD := bins.Version == bird.Bird2
+	if withBFD {
+		opts.BFD, opts.Freeze = &bird.BFD{}, true
+	}
 	agentOpts := func(lab *birdlab.Lab, n *birdlab.Node) agent.Options {
 		return agent.Options{
+			BFD:      withBFD,
 			Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second,
 			// Readiness must come from the set, not from the up-time escape.
 			ReadyAfter: time.Hour,
@@ -291,6 +335,9 @@ func s4WithRebound(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, tag
 			// Once the controller left B and C out, A is ready although both are dead.
 			for _, n := range dead {
 				waitInSet(ctx, t, c, n.Name, false, 60*time.Second)
+			}
+			if withBFD {
+				s4NotReadyToPruned(ctx, t, c, dead)
 			}
 			poll(ctx, t, 30*time.Second, "A ready with its peers dead and out of the set", func() (bool, string) {
 				code, body := agentA.readyz()
