@@ -167,13 +167,8 @@ func RunS4(ctx context.Context, tl *Timeline, opts S4Options) (res S4Result, err
 	if err := r.converge(ctx); err != nil {
 		return res, err
 	}
-	if err := r.fail(ctx); err != nil {
+	if err := r.fail(ctx, &res); err != nil {
 		return res, err
-	}
-	if opts.Freeze {
-		if res.SessionsDown, err = r.sessionsDown(ctx); err != nil {
-			return res, err
-		}
 	}
 	if err := r.waitReturn(ctx); err != nil {
 		return res, err
@@ -269,7 +264,7 @@ func (r *s4Run) converge(ctx context.Context) error {
 
 // fail kills (or freezes) the dead nodes and waits until the live nodes
 // dropped B's route.
-func (r *s4Run) fail(ctx context.Context) error {
+func (r *s4Run) fail(ctx context.Context, res *S4Result) error {
 	names := make([]string, len(r.dead))
 	for i, d := range r.dead {
 		names[i] = d.Name
@@ -290,13 +285,17 @@ func (r *s4Run) fail(ctx context.Context) error {
 		}
 		r.tl.Add("node", d.Name, "dead")
 	}
+	if r.opts.Freeze {
+		// Before any hook: an agent may remove the dead peers' protocols.
+		var err error
+		if res.SessionsDown, err = r.sessionsDown(ctx); err != nil {
+			return err
+		}
+	}
 	if h := r.opts.Hooks.Killed; h != nil {
 		if err := h(ctx, r.lab, r.dead); err != nil {
 			return err
 		}
-	}
-	if r.opts.Freeze {
-		return nil // the frozen peers' stale routes go with their sessions; see sessionsDown
 	}
 	return r.waitStaleRouteGone(ctx)
 }
@@ -315,7 +314,7 @@ func (r *s4Run) waitStaleRouteGone(ctx context.Context) error {
 
 // sessionsDown waits until no live node has a session Established with a
 // dead one and returns when the last one changed, after the failure, by
-// BIRD's own timestamps; then until the stale routes are gone.
+// BIRD's own timestamps.
 func (r *s4Run) sessionsDown(ctx context.Context) (time.Duration, error) {
 	var last time.Time
 	err := birdlab.Poll(ctx, 100*time.Millisecond, time.Duration(bird.DefaultHoldTime+30)*time.Second, "the live nodes lose the dead ones", func() (bool, string) {
@@ -330,7 +329,10 @@ func (r *s4Run) sessionsDown(ctx context.Context) (time.Duration, error) {
 				by[p.Name] = p
 			}
 			for _, d := range r.dead {
-				p := by[bird.ProtocolName(d.Address)]
+				p, ok := by[bird.ProtocolName(d.Address)]
+				if !ok {
+					return false, fmt.Sprintf("%s has no protocol for %s: it must still have it to measure", obs.Name, d.Name)
+				}
 				if p.Established() {
 					return false, fmt.Sprintf("%s still has %s Established", obs.Name, d.Name)
 				}
@@ -348,7 +350,7 @@ func (r *s4Run) sessionsDown(ctx context.Context) (time.Duration, error) {
 	}
 	down := last.Sub(r.failedAt)
 	r.tl.Add("bgp", "live nodes", "every session with a dead node down %.1fs after the failure", down.Seconds())
-	return down, r.waitStaleRouteGone(ctx)
+	return down, nil
 }
 
 func maxTime(a, b time.Time) time.Time {
