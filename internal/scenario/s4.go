@@ -324,6 +324,11 @@ func (r *s4Run) sessionsDown(ctx context.Context) (time.Duration, error) {
 			if err != nil {
 				return false, err.Error()
 			}
+			st, err := obs.Client().Status(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			readAt := time.Now()
 			by := map[string]bird.Protocol{}
 			for _, p := range protos {
 				by[p.Name] = p
@@ -336,7 +341,7 @@ func (r *s4Run) sessionsDown(ctx context.Context) (time.Duration, error) {
 				if p.Established() {
 					return false, fmt.Sprintf("%s still has %s Established", obs.Name, d.Name)
 				}
-				t, _, err := p.SinceTime(time.Now(), time.Local)
+				t, err := bird.SinceTime(p.Since, st.ServerTime, readAt)
 				if err != nil {
 					return false, err.Error()
 				}

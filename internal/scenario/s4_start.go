@@ -12,12 +12,14 @@ import (
 )
 
 // stageStartSet is what B's `rebound agent --once` does before BIRD
-// starts, with the API modeled from the lab: the controller's set
-// (peering.Plan: a dead node NotReady NodeMonitorGrace after it died,
-// left out PruneGrace later), the live nodes' session reports (read from
-// their BIRDs, as their agents report them), then the start rule
-// (agent.StartPeers) and the agent's Syncer, checked by `bird -p`.
-// The e2e tests run the real controller and agents instead (S4Hooks).
+// starts, with the API modeled from the lab: the live nodes' reports
+// (agent.ReadReport on their BIRDs, as their agents write them), the
+// controller's set (peering.Plan: a dead node turns NotReady
+// NodeMonitorGrace after it died and leaves PruneGrace later; the Lost
+// and Alive evidence from the reports), then the start rule
+// (agent.StartView, agent.StartPeers) and the agent's Syncer, checked by
+// `bird -p`. The e2e tests run the real controller and agents instead
+// (S4Hooks).
 func (r *s4Run) stageStartSet(ctx context.Context) error {
 	now := time.Now()
 	notReadyAt := r.failedAt.Add(r.opts.NodeMonitorGrace)
@@ -25,60 +27,39 @@ func (r *s4Run) stageStartSet(ctx context.Context) error {
 	for _, d := range r.dead {
 		isDead[d] = true
 	}
-	var reporters []agent.Reporter
-	sessions := map[string]map[string]bool{}
-	for _, n := range r.live {
-		protos, err := n.Client().Protocols(ctx)
-		if err != nil {
-			return fmt.Errorf("read %s's sessions: %w", n.Name, err)
-		}
-		byProto := map[string]bird.Protocol{}
-		for _, p := range protos {
-			byProto[p.Name] = p
-		}
-		s := map[string]bool{}
-		for _, peer := range birdlab.Others(r.lab.Nodes, n) {
-			if p, ok := byProto[bird.ProtocolName(peer.Address)]; ok {
-				s[peer.Name] = p.Established()
-			}
-		}
-		sessions[n.Name] = s
-		reporters = append(reporters, agent.Reporter{Name: n.Name, Working: true, Sessions: s})
-	}
-	var nodes []peering.Node
+	var before, nodes []peering.Node
 	for _, n := range r.lab.Nodes {
-		pn := peering.Node{Name: n.Name, Address: n.Address, Ready: true, Sessions: sessions[n.Name]}
+		pn := peering.Node{Name: n.Name, Address: n.Address, Port: n.Port, Ready: true}
+		before = append(before, pn)
 		if isDead[n] && n != r.b && !now.Before(notReadyAt) {
 			pn.Ready, pn.LastTransition = false, notReadyAt
 		}
 		nodes = append(nodes, pn)
 	}
-	set := peering.Plan(peering.Input{Nodes: nodes, Config: peering.Config{PruneGracePeriod: r.opts.PruneGrace}}, now)
-	ready := map[string]bool{}
-	for _, n := range nodes {
-		ready[n.Name] = n.Ready
-	}
-	var view []agent.StartPeer
-	for _, p := range set.Peers {
-		node := r.node(p.Name)
-		if node == r.b {
-			continue
+	// The set the live agents last applied: everybody, before the failure.
+	applied := peering.Plan(peering.Input{Nodes: before}, r.failedAt).PeerSet(1, r.failedAt)
+	var reports []peering.Report
+	for _, n := range r.live {
+		rep, _, err := agent.ReadReport(ctx, n.Client(), n.Name, r.lab.Peers(n), &applied, now)
+		if err != nil {
+			return fmt.Errorf("read %s's sessions: %w", n.Name, err)
 		}
-		alive := false
-		for _, rep := range reporters {
-			alive = alive || (!ready[p.Name] && rep.Sessions[p.Name])
-		}
-		view = append(view, agent.StartPeer{
-			Peer: node.Peer(), Ready: ready[p.Name], Alive: alive,
-			Unreachable: agent.LostByMesh(p.Name, reporters),
-		})
+		reports = append(reports, rep)
 	}
-	start := agent.StartPeers(view)
+	res := peering.Plan(peering.Input{Nodes: nodes, Reports: reports, Config: peering.Config{PruneGracePeriod: r.opts.PruneGrace}}, now)
+	doc := res.PeerSet(2, now)
+	var set []bird.Peer
+	for _, p := range doc.Peers {
+		if p.Name != r.b.Name {
+			set = append(set, bird.Peer{Name: p.Name, Address: p.Address, Port: p.Port})
+		}
+	}
+	start := agent.StartPeers(agent.StartView(&doc, set, nil))
 	for _, p := range start {
 		r.startPeers = append(r.startPeers, p.Name)
 	}
 	r.tl.Step("rebound agent --once on %s: the set has %d peers, BIRD starts with %d (the start rule keeps %v)",
-		r.b.Name, len(view), len(start), r.startPeers)
+		r.b.Name, len(set), len(start), r.startPeers)
 	s, err := agent.NewSyncer(r.b.MeshPath, r.b.Client(), r.lab.MeshConfig(r.b, nil))
 	if err != nil {
 		return err
@@ -90,14 +71,6 @@ func (r *s4Run) stageStartSet(ctx context.Context) error {
 	return nil
 }
 
-func (r *s4Run) node(name string) *birdlab.Node {
-	for _, n := range r.lab.Nodes {
-		if n.Name == name {
-			return n
-		}
-	}
-	return nil
-}
 
 // watchSessions adds a "bgp" event whenever a session of b with a peer
 // changes state, and a "routes" event whenever the number of live nodes

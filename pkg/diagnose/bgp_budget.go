@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
 
@@ -60,8 +59,9 @@ func (s BGPSettings) withDefaults() BGPSettings {
 // BGPBudget is one node's blackhole budget, in seconds.
 type BGPBudget struct {
 	Node string `json:"node"`
-	// Agent: the node has a `rebound agent` report, so BFD and the start
-	// rule apply to it.
+	// Agent: the node has a PeeringReport (fresh or not: a dead node's
+	// agent stops reporting, its BIRD returns with the agent's
+	// configuration), so BFD and the start rule apply to it.
 	Agent bool `json:"agent"`
 	// DetectionSeconds: how long its peers keep sending to it after it
 	// dies; DetectedBy is "BFD" or "hold time".
@@ -84,9 +84,12 @@ func (e *explainer) bgpBudgets(names []string) {
 	s := e.x.BGP.withDefaults()
 	b := &e.report.BGP
 	b.Budgets = []BGPBudget{}
+	agents := map[string]bool{}
+	for _, r := range e.x.PeeringReports {
+		agents[r.Reporter] = true
+	}
 	for _, name := range names {
-		ni := e.nodes[name]
-		b.Budgets = append(b.Budgets, budgetFor(name, hasAgent(ni), s))
+		b.Budgets = append(b.Budgets, budgetFor(name, agents[name], s))
 	}
 }
 
@@ -117,18 +120,6 @@ func budgetFor(node string, agent bool, s BGPSettings) BGPBudget {
 		bb.Shorten = "lower the graceful restart time (`rebound agent --graceful-restart-time`, Calico nodeMeshMaxRestartTime): peers keep a dead node's routes that long"
 	}
 	return bb
-}
-
-// hasAgent: the node has ever had `rebound agent` report (fresh or not:
-// a dead node's agent stops reporting, its BIRD still returns with the
-// agent's configuration).
-func hasAgent(ni nodeInfo) bool {
-	v, ok := ni.node.Annotations[peering.AnnotationSessions]
-	if !ok {
-		return false
-	}
-	_, err := peering.ParseSessionReport(v)
-	return err == nil
 }
 
 // budgetLine is the text form of a budget.

@@ -2,39 +2,9 @@ package bird_test
 
 import (
 	"testing"
-	"time"
 
 	"rebound/pkg/peering/bird"
 )
-
-func TestParseSince(t *testing.T) {
-	loc := time.FixedZone("X", 3600)
-	now := time.Date(2026, 11, 30, 17, 40, 0, 0, loc)
-	tests := []struct {
-		in    string
-		want  time.Time
-		exact bool
-	}{
-		{"17:39:08", time.Date(2026, 11, 30, 17, 39, 8, 0, loc), true},                     // BIRD 1.6
-		{"17:39:08.460", time.Date(2026, 11, 30, 17, 39, 8, 460e6, loc), true},             // BIRD 2
-		{"23:59:59.5", time.Date(2026, 11, 29, 23, 59, 59, 500e6, loc), true},              // before midnight
-		{"17:40:30", time.Date(2026, 11, 30, 17, 40, 30, 0, loc), true},                    // clock skew within a minute
-		{"2026-11-30 15:28:39", time.Date(2026, 11, 30, 15, 28, 39, 0, loc), true},         // iso long
-		{"2026-11-30 15:28:39.123", time.Date(2026, 11, 30, 15, 28, 39, 123e6, loc), true}, // iso long ms
-		{"2026-11-28", time.Date(2026, 11, 28, 0, 0, 0, 0, loc), false},                    // older than 20 h
-	}
-	for _, tc := range tests {
-		got, exact, err := bird.ParseSince(tc.in, now, loc)
-		if err != nil || !got.Equal(tc.want) || exact != tc.exact {
-			t.Errorf("ParseSince(%q) = %v, %v, %v; want %v, %v", tc.in, got, exact, err, tc.want, tc.exact)
-		}
-	}
-	for _, bad := range []string{"", "yesterday", "25:00:00", "2026-13-01"} {
-		if _, _, err := bird.ParseSince(bad, now, loc); err == nil {
-			t.Errorf("ParseSince(%q): no error", bad)
-		}
-	}
-}
 
 func TestParseShowBFDSessions(t *testing.T) {
 	// Captured from BIRD 2.0.12 on the control socket, and BIRD 1.6.8 as
