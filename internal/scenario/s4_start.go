@@ -71,7 +71,6 @@ func (r *s4Run) stageStartSet(ctx context.Context) error {
 	return nil
 }
 
-
 // watchSessions adds a "bgp" event whenever a session of b with a peer
 // changes state, and a "routes" event whenever the number of live nodes
 // that have b's route changes.
