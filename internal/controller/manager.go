@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -42,11 +41,19 @@ type ManagerOptions struct {
 }
 
 // NewManager builds a manager whose caches hold only what the planners
-// read: managed fields are dropped from every object, and pods and nodes
-// are trimmed further (see trimPod, trimNode), which is what keeps memory
-// flat in clusters of 150,000 pods.
+// read: managed fields are dropped from every object, and every cached
+// kind is trimmed further (see cacheByObject in cache.go), which is what
+// keeps memory flat in clusters of 150,000 pods.
 func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	sync := opts.SyncPeriod
+	if cfg.QPS == 0 {
+		// client-go's default of 5 requests per second would serialise a
+		// rescue of hundreds of pods over minutes; like controller-runtime's
+		// own GetConfig, leave the pacing to the apiserver's priority and
+		// fairness.
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS = -1
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme(),
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
@@ -58,10 +65,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		Cache: cache.Options{
 			SyncPeriod:       &sync,
 			DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}:  {Transform: trimPod},
-				&corev1.Node{}: {Transform: trimNode},
-			},
+			ByObject:         cacheByObject(),
 		},
 	})
 	if err != nil {
@@ -82,8 +86,12 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 }
 
 // trimPod keeps what pkg/rescue reads of a pod: identity, owners, labels,
-// the mirror annotation, node, tolerations, PVC volumes, priority class and
-// conditions. Containers, env and status details are dropped.
+// the mirror annotation, node, tolerations, PVC and generic ephemeral
+// volumes (both can make a pod stateful: dropping the ephemeral ones made
+// the controller call Stateless what diagnose, reading the full pod, calls
+// WaitingForFencing), priority class, conditions, and what the target check
+// needs: nodeSelector, required node affinity and the containers' resource
+// requests. Images, env, probes and status details are dropped.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -99,19 +107,49 @@ func trimPod(obj any) (any, error) {
 	}
 	var volumes []corev1.Volume
 	for _, v := range pod.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil {
+		switch {
+		case v.PersistentVolumeClaim != nil:
 			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim}})
+		case v.Ephemeral != nil:
+			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{Ephemeral: v.Ephemeral}})
 		}
+	}
+	var affinity *corev1.Affinity
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution,
+		}}
 	}
 	pod.Spec = corev1.PodSpec{
 		NodeName:                      pod.Spec.NodeName,
+		NodeSelector:                  pod.Spec.NodeSelector,
+		Affinity:                      affinity,
 		Tolerations:                   pod.Spec.Tolerations,
 		Volumes:                       volumes,
 		PriorityClassName:             pod.Spec.PriorityClassName,
 		TerminationGracePeriodSeconds: pod.Spec.TerminationGracePeriodSeconds,
+		Containers:                    requestsOnly(pod.Spec.Containers),
+		InitContainers:                requestsOnly(pod.Spec.InitContainers),
+		Overhead:                      pod.Spec.Overhead,
+		Resources:                     pod.Spec.Resources,
 	}
 	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions}
 	return pod, nil
+}
+
+// requestsOnly keeps of each container what the scheduler sums for its
+// requests (component-helpers' PodRequests): name, requests and, for init
+// containers, the restart policy that makes a sidecar.
+func requestsOnly(cs []corev1.Container) []corev1.Container {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy,
+			Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests}}
+	}
+	return out
 }
 
 // trimNode drops the parts of a node no planner reads; the image list

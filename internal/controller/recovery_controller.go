@@ -9,12 +9,11 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	kerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -22,6 +21,7 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/rescue"
+	"rebound/pkg/rescue/execute"
 	"rebound/pkg/zone"
 )
 
@@ -40,7 +40,32 @@ type RecoveryOptions struct {
 	StopSwitch types.NamespacedName
 	// Clock is injected for tests; nil means the real clock.
 	Clock clock.PassiveClock
+	// APIClient reads and writes through the API server, uncached: the
+	// executor's re-reads (node before a force delete, Deployment before
+	// a scale) and its writes. nil means one built from the manager's
+	// config; tests pass a fake.
+	APIClient kubernetes.Interface
+	// BGPAlive returns the second liveness signal for the planner
+	// (rescue.Snapshot.BGPAlive): for NotReady nodes, evidence that they
+	// are alive but cut off from the API, from the agents' session
+	// reports. nil means no evidence (safe: every NotReady node is
+	// treated as possibly dead, which only matters for stateless pods'
+	// reasons and fenced stateful pods, see pkg/rescue).
+	BGPAlive func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]string
 }
+
+// retryAfterError bounds how long a pass that hit an error waits before the
+// next one. Errors requeue at the plan's next check (at most this long),
+// never through controller-runtime's exponential backoff, which grows to
+// 1000 s and would push a rescue far past its policy's deadline.
+const retryAfterError = 10 * time.Second
+
+// DefaultStopSwitch is the stop switch ConfigMap's default name (in the
+// controller's namespace); deploy/rbac grants get on this name only.
+const DefaultStopSwitch = "rebound-stop"
+
+// eventComponent names rebound controller in its Events.
+const eventComponent = "rebound.dev/controller"
 
 // recoveryKey is the one key the recovery controller reconciles: every
 // decision depends on the whole cluster (zone states, limits), so any
@@ -50,15 +75,18 @@ var recoveryKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "
 // RecoveryReconciler finds critical pods stranded on NotReady nodes and
 // rescues them: snapshot, rescue.PlanFor, apply, requeue at NextCheck.
 type RecoveryReconciler struct {
-	client   client.Client
-	reader   client.Reader // uncached, for the stop switch
-	recorder events.EventRecorder
-	opts     RecoveryOptions
-	clock    clock.PassiveClock
+	client client.Client // the caches, and status patches
+	reader client.Reader // uncached, for the stop switch
+	exec   *execute.Executor
+	opts   RecoveryOptions
+	clock  clock.PassiveClock
 
-	mu        sync.Mutex
-	prevZones zone.Cluster
-	announced map[string]bool // dry-run and stopped actions already logged
+	mu             sync.Mutex
+	prevZones      zone.Cluster
+	prevDisruption rescue.Disruption
+	announced      map[string]bool            // dry-run and stopped actions already logged
+	blocked        map[string]rescue.Decision // pod UID -> NoTarget/Held already reported
+	ledger         []rescue.LedgerEntry       // real actions of the last minute
 }
 
 // SetupRecovery registers the recovery controller with the manager.
@@ -66,31 +94,66 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 	if err := opts.ZoneConfig.Validate(); err != nil {
 		return err
 	}
+	if opts.APIClient == nil {
+		cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("API client for the recovery controller: %w", err)
+		}
+		opts.APIClient = cs
+	}
+	r := newRecoveryReconciler(mgr.GetClient(), mgr.GetAPIReader(), opts)
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{recoveryKey}
+	})
+	if err := indexPodsByNode(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	// Predicates (cache.go) keep heartbeats and healthy pods' churn from
+	// starting passes.
+	b := ctrl.NewControllerManagedBy(mgr).Named("recovery")
+	for _, obj := range watchedObjects() {
+		pred := builder.WithPredicates(trimmedChange())
+		switch obj.(type) {
+		case *corev1.Node:
+			pred = builder.WithPredicates(nodePredicate())
+		case *corev1.Pod:
+			pred = builder.WithPredicates(podPredicate(cachedNodeNotReady(mgr.GetCache())))
+		}
+		b = b.Watches(obj, all, pred)
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: 1}).Complete(r)
+}
+
+// watchedObjects are the kinds the recovery controller watches and lists
+// from its cache: everything rescue.Snapshot holds. Node changes re-plan at
+// once, which is how a NoTarget pod is re-checked when a node is uncordoned
+// or becomes Ready. (rbac.go derives the list/watch grants from it.)
+func watchedObjects() []client.Object {
+	return []client.Object{
+		&v1alpha1.RecoveryPolicy{},
+		&corev1.Node{},
+		&corev1.Pod{},
+		&corev1.Namespace{},
+		&corev1.PersistentVolumeClaim{},
+		&appsv1.ReplicaSet{},
+		&appsv1.Deployment{},
+	}
+}
+
+func newRecoveryReconciler(c client.Client, reader client.Reader, opts RecoveryOptions) *RecoveryReconciler {
 	r := &RecoveryReconciler{
-		client:    mgr.GetClient(),
-		reader:    mgr.GetAPIReader(),
-		recorder:  mgr.GetEventRecorder("rebound-controller"),
+		client:    c,
+		reader:    reader,
 		opts:      opts,
 		clock:     opts.Clock,
 		announced: map[string]bool{},
+		blocked:   map[string]rescue.Decision{},
 	}
 	if r.clock == nil {
 		r.clock = clock.RealClock{}
 	}
-	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-		return []reconcile.Request{recoveryKey}
-	})
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("recovery").
-		Watches(&v1alpha1.RecoveryPolicy{}, all).
-		Watches(&corev1.Node{}, all).
-		Watches(&corev1.Pod{}, all).
-		Watches(&corev1.Namespace{}, all).
-		Watches(&corev1.PersistentVolumeClaim{}, all).
-		Watches(&appsv1.ReplicaSet{}, all).
-		Watches(&appsv1.Deployment{}, all).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(r)
+	r.exec = &execute.Executor{Client: opts.APIClient, Component: eventComponent, Now: r.clock.Now}
+	return r
 }
 
 // Reconcile plans from the caches and applies the plan. It is
@@ -102,29 +165,38 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 	start := r.clock.Now()
 	snap, err := r.snapshot(ctx, start)
 	if err != nil {
-		return ctrl.Result{}, err
+		log.Error(err, "snapshot failed; retrying", "after", retryAfterError)
+		return ctrl.Result{RequeueAfter: retryAfterError}, nil
 	}
 	plan := rescue.PlanFor(snap)
 	planSeconds.Observe(r.clock.Since(start).Seconds())
 	r.mu.Lock()
 	r.prevZones = plan.Zones
+	r.prevDisruption = plan.Disruption
 	r.mu.Unlock()
 	observePlan(plan)
 	for _, w := range plan.Warnings {
 		log.Info("warning", "detail", w)
 	}
+	r.reportBlocked(ctx, log, plan)
 
-	stopped, err := r.stopSwitchPulled(ctx)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	owners := ownersByPod(plan)
-	records := map[string][]v1alpha1.ActionRecord{}
 	var errs []error
+	stopped, stopErr := r.stopSwitchPulled(ctx)
+	if stopErr != nil {
+		// Unknown means stopped: acting while the switch may be pulled is
+		// the one thing the switch must prevent.
+		log.Error(stopErr, "stop switch unreadable: taking no action")
+		errs = append(errs, stopErr)
+		stopped = true
+	}
+	owners := plan.Workloads()
+	records := map[string][]v1alpha1.ActionRecord{}
 	acted := false
 	for _, a := range plan.Actions {
 		why := ""
 		switch {
+		case stopErr != nil:
+			why = "the stop switch cannot be read"
 		case stopped:
 			why = fmt.Sprintf("stop switch ConfigMap %s exists", r.opts.StopSwitch)
 		case r.opts.DryRun:
@@ -136,94 +208,43 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 			r.announce(ctx, log, a, owners, why)
 			continue
 		}
-		result, err := r.apply(ctx, a)
-		rescuesTotal.WithLabelValues(string(a.Kind), result).Inc()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", a.Key(), err))
-			log.Error(err, "action failed", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "reason", a.Reason)
-			r.event(ctx, a, owners, corev1.EventTypeWarning, "RescueFailed", fmt.Sprintf("%s failed: %v; %s", a.Kind, err, a.Reason))
+		if err := r.act(ctx, log, a, owners, records); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		acted = true
-		log.Info("rescue action", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "pod", a.Pod, "node", a.Node, "result", result, "reason", a.Reason)
-		if result == resultSucceeded {
-			r.event(ctx, a, owners, corev1.EventTypeNormal, a.Kind.EventReason(), a.Reason)
-			if a.Policy != "" {
-				records[a.Policy] = append(records[a.Policy], a.Record(r.clock.Now(), resultSucceeded))
-			}
-		}
 	}
-	if err := r.updateStatuses(ctx, snap.Policies, plan, records); err != nil {
+	if err := r.updateStatuses(ctx, log, snap.Policies, plan, records); err != nil {
 		errs = append(errs, err)
 	}
+	return r.requeue(plan, acted, len(errs) > 0), nil
+}
 
+// requeue picks the next pass: the plan's next check; soon after an
+// action, to verify its effect (watches usually get there first); and
+// after an error at most retryAfterError later. Errors are logged where
+// they happen and never returned, so that controller-runtime's
+// exponential backoff cannot postpone the plan's next check.
+func (r *RecoveryReconciler) requeue(plan rescue.Plan, acted, failed bool) ctrl.Result {
 	res := ctrl.Result{}
 	if !plan.NextCheck.IsZero() {
 		res.RequeueAfter = max(plan.NextCheck.Sub(r.clock.Now()), 100*time.Millisecond)
 	}
-	if acted && (res.RequeueAfter == 0 || res.RequeueAfter > 2*time.Second) {
-		// Look again soon to verify the effect; watches usually get there
-		// first.
-		res.RequeueAfter = 2 * time.Second
+	soon := time.Duration(0)
+	switch {
+	case failed:
+		soon = retryAfterError
+	case acted:
+		soon = 2 * time.Second
 	}
-	return res, kerrors.NewAggregate(errs)
-}
-
-// snapshot reads everything PlanFor needs from the caches.
-func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescue.Snapshot, error) {
-	s := rescue.Snapshot{Now: now, ZoneConfig: r.opts.ZoneConfig, Defaults: r.opts.Defaults, Namespaces: map[string]map[string]string{}}
-	r.mu.Lock()
-	s.PreviousZones = r.prevZones
-	r.mu.Unlock()
-
-	var nodes corev1.NodeList
-	var pods corev1.PodList
-	var namespaces corev1.NamespaceList
-	var pvcs corev1.PersistentVolumeClaimList
-	var rss appsv1.ReplicaSetList
-	var deps appsv1.DeploymentList
-	var policies v1alpha1.RecoveryPolicyList
-	for _, l := range []client.ObjectList{&nodes, &pods, &namespaces, &pvcs, &rss, &deps, &policies} {
-		if err := r.client.List(ctx, l); err != nil {
-			return s, fmt.Errorf("list %T: %w", l, err)
-		}
+	if soon > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > soon) {
+		res.RequeueAfter = soon
 	}
-	s.Nodes = pointers(nodes.Items)
-	s.Pods = pointers(pods.Items)
-	s.PVCs = pointers(pvcs.Items)
-	s.ReplicaSets = pointers(rss.Items)
-	s.Deployments = pointers(deps.Items)
-	s.Policies = pointers(policies.Items)
-	for i := range namespaces.Items {
-		s.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
-	}
-	return s, nil
-}
-
-func pointers[T any](items []T) []*T {
-	out := make([]*T, len(items))
-	for i := range items {
-		out[i] = &items[i]
-	}
-	return out
+	return res
 }
 
 func (r *RecoveryReconciler) stopSwitchPulled(ctx context.Context) (bool, error) {
-	if r.opts.StopSwitch.Name == "" {
-		return false, nil
-	}
-	var cm corev1.ConfigMap
-	err := r.reader.Get(ctx, r.opts.StopSwitch, &cm)
-	switch {
-	case err == nil:
-		return true, nil
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case apierrors.IsForbidden(err):
-		return false, fmt.Errorf("cannot read the stop switch ConfigMap %s (grant get on configmaps in %s, see deploy/rbac): %w", r.opts.StopSwitch, r.opts.StopSwitch.Namespace, err)
-	default:
-		return false, fmt.Errorf("read the stop switch ConfigMap %s: %w", r.opts.StopSwitch, err)
-	}
+	return readStopSwitch(ctx, r.reader, r.opts.StopSwitch)
 }
 
 // announce logs an action that is not taken, once per action and cause.
@@ -236,15 +257,9 @@ func (r *RecoveryReconciler) announce(ctx context.Context, log logr.Logger, a re
 	if seen {
 		return
 	}
-	rescuesTotal.WithLabelValues(string(a.Kind), "dry_run").Inc()
+	rescuesTotal.WithLabelValues(string(a.Kind), "DryRun").Inc()
 	log.Info("rescue action not taken", "why", why, "action", a.Kind, "object", a.Namespace+"/"+a.Name, "reason", a.Reason)
-	r.event(ctx, a, owners, corev1.EventTypeNormal, "RescueDryRun", fmt.Sprintf("would %s (%s): %s", a.Kind, why, a.Reason))
-}
-
-func ownersByPod(p rescue.Plan) map[string]rescue.Workload {
-	out := make(map[string]rescue.Workload, len(p.Critical))
-	for i := range p.Critical {
-		out[p.Critical[i].Key()] = p.Critical[i].Workload
+	if err := r.exec.Event(ctx, a, owners[a.Namespace+"/"+a.Pod], corev1.EventTypeNormal, execute.ReasonDryRun, fmt.Sprintf("would %s (%s): %s", a.Kind, why, a.Reason)); err != nil {
+		log.Error(err, "Event not recorded", "action", a.Kind, "object", a.Namespace+"/"+a.Name)
 	}
-	return out
 }

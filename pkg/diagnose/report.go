@@ -165,11 +165,14 @@ type CriticalPod struct {
 	Stranded bool `json:"stranded"`
 	// Decision is rescue.PlanFor's: Skip, NotYet, LeftToUpstream, Act,
 	// InFlight, Replaced, WaitingForFencing, ReportOnly, Suspended,
-	// RateLimited. Action is the action planned now (Delete, ForceDelete,
+	// RateLimited, NoTarget, Held. Action is the action planned now (Delete, ForceDelete,
 	// ScaleDown), DryRun whether it is only a dry run.
 	Decision string `json:"decision"`
-	Action   string `json:"action,omitempty"`
-	DryRun   bool   `json:"dryRun,omitempty"`
+	// NodeAlive is the second liveness signal's evidence that the node is
+	// alive but cut off from the API (rescue.Snapshot.BGPAlive), if any.
+	NodeAlive string `json:"nodeAlive,omitempty"`
+	Action    string `json:"action,omitempty"`
+	DryRun    bool   `json:"dryRun,omitempty"`
 	// Reason is the planner's reason, the words of rebound's Event.
 	Reason string `json:"reason"`
 }
@@ -217,6 +220,11 @@ type BGP struct {
 	// KeptNotReady are NotReady nodes still in the peer set, with why:
 	// every other node's BIRD keeps waiting for them.
 	KeptNotReady []BGPMember `json:"keptNotReady"`
+	// Frozen is true while the published set is frozen (nobody leaves):
+	// full disruption, or too many members leaving at once; FrozenReason
+	// says which.
+	Frozen       bool   `json:"frozen,omitempty"`
+	FrozenReason string `json:"frozenReason,omitempty"`
 	// LeftOut are the nodes labelled out of the peer set, with why.
 	LeftOut []BGPMember `json:"leftOut"`
 }
@@ -279,4 +287,9 @@ type Policy struct {
 	WaitingForFencing int    `json:"waitingForFencing"`
 	Actions           int    `json:"actions"`
 	RateLimited       int    `json:"rateLimited"`
+	// NoTarget and Held count stranded pods rebound does not act on: no
+	// Ready node admits the replacement, or a safety hold (every node
+	// NotReady, or a fenced node that appears alive).
+	NoTarget int `json:"noTarget"`
+	Held     int `json:"held"`
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -45,74 +44,6 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Result is what a bring-up did and found; `-o json` prints it.
-type Result struct {
-	Outcome  Outcome `json:"outcome"`
-	ExitCode int     `json:"exitCode"`
-	// Message sums the outcome up in one line.
-	Message string    `json:"message"`
-	Started time.Time `json:"started"`
-	// ElapsedSeconds since Started; DeadlineSeconds is the budget.
-	ElapsedSeconds  float64 `json:"elapsedSeconds"`
-	DeadlineSeconds float64 `json:"deadlineSeconds"`
-	Deadline        string  `json:"deadline"`
-	Nodes           int     `json:"nodes"`
-	ReadyNodes      int     `json:"readyNodes"`
-	// Zones are the zone states as kube-controller-manager computes them.
-	Zones []ZoneReport `json:"zones"`
-	// Workloads are the essential workloads, sorted.
-	Workloads []WorkloadStatus `json:"workloads"`
-	// Stranded are the essential pods on NotReady nodes, as last planned.
-	Stranded []PodReport `json:"strandedPods"`
-	// Actions are the actions taken (or, in a dry run, planned).
-	Actions  []ActionReport `json:"actions"`
-	Warnings []string       `json:"warnings,omitempty"`
-}
-
-// ZoneReport is one zone's state.
-type ZoneReport struct {
-	Zone     string `json:"zone"`
-	State    string `json:"state"`
-	NotReady int    `json:"notReady"`
-	Total    int    `json:"total"`
-	// Rate is upstream's NoExecute-tainting rate (nodes/s); 0 means no pod
-	// is evicted from the zone's NotReady nodes.
-	Rate   float64 `json:"evictionRate"`
-	Reason string  `json:"reason"`
-}
-
-// PodReport is one essential pod on a NotReady node.
-type PodReport struct {
-	Namespace string          `json:"namespace"`
-	Name      string          `json:"name"`
-	Node      string          `json:"node"`
-	Workload  string          `json:"workload"`
-	Decision  rescue.Decision `json:"decision"`
-	Reason    string          `json:"reason"`
-}
-
-// ActionReport is one action.
-type ActionReport struct {
-	AtSeconds float64           `json:"atSeconds"`
-	Kind      rescue.ActionKind `json:"kind"`
-	Namespace string            `json:"namespace"`
-	Name      string            `json:"name"`
-	Pod       string            `json:"pod,omitempty"`
-	Node      string            `json:"node,omitempty"`
-	DryRun    bool              `json:"dryRun,omitempty"`
-	Outcome   string            `json:"outcome"`
-	Reason    string            `json:"reason"`
-}
-
-// Err returns nil on success and otherwise an *Error with the outcome's
-// exit code and message.
-func (r *Result) Err() error {
-	if r.ExitCode == ExitOK {
-		return nil
-	}
-	return &Error{Code: r.ExitCode, Err: errors.New(r.Message)}
-}
-
 // restorePolicyName names the policy Bringup plans with when it is given a
 // list of workloads.
 const restorePolicyName = "rebound-restore-bringup"
@@ -142,10 +73,12 @@ type bringup struct {
 	deadline time.Time
 	beats    *heartbeats
 	zones    zone.Cluster
-	out      *progress
-	result   *Result
-	availAt  map[WorkloadRef]float64
-	planned  map[string]bool // actions listed in a dry run or wait-only
+	// disruption carries the full-disruption state from round to round.
+	disruption rescue.Disruption
+	out        *progress
+	result     *Result
+	availAt    map[WorkloadRef]float64
+	planned    map[string]bool // actions listed in a dry run or wait-only
 }
 
 func newBringup(ctx context.Context, opts Options) (*bringup, error) {
@@ -281,12 +214,13 @@ func (b *bringup) begin(s *clusterState) {
 func (b *bringup) step(ctx context.Context, s *clusterState, now time.Time) bool {
 	nodes := b.nodeHealth(s)
 	plan := rescue.PlanFor(b.snapshot(s, now))
-	b.zones = plan.Zones
+	b.zones, b.disruption = plan.Zones, plan.Disruption
 	dry := b.opts.DryRun || b.policy.Spec.DryRun
 	b.reportPlan(plan, dry || b.opts.WaitOnly)
 
+	workloads := plan.Workloads()
 	for _, a := range plan.Actions {
-		b.act(ctx, s, a, dry || b.opts.WaitOnly, now)
+		b.act(ctx, a, workloads[a.Namespace+"/"+a.Pod], dry || b.opts.WaitOnly, now)
 	}
 
 	states := make([]State, 0, len(b.refs))
@@ -310,190 +244,6 @@ func (b *bringup) step(ctx context.Context, s *clusterState, now time.Time) bool
 	if outcome, done := outcomeFor(states, now, b.deadline); done {
 		b.finish(outcome, now)
 		return true
-	}
-	return false
-}
-
-// nodeHealth combines the API's Ready condition with the heartbeats seen.
-func (b *bringup) nodeHealth(s *clusterState) map[string]NodeHealth {
-	out := make(map[string]NodeHealth, len(s.nodes))
-	ready := 0
-	for _, n := range s.nodes {
-		h := NodeHealth{Ready: nodeReady(n.Status.Conditions), Heartbeat: b.beats.observe(n.Name, s.heartbeat[n.Name])}
-		out[n.Name] = h
-		if h.Ready {
-			ready++
-		}
-		var what string
-		switch {
-		case !h.Ready:
-			what = "NotReady"
-		case h.Heartbeat:
-			what = "Ready, heartbeat seen: alive"
-		default:
-			what = "Ready in the API, waiting for a heartbeat (its status may date from the backup)"
-		}
-		b.out.change("node/"+n.Name, what, "node %s: %s", n.Name, what)
-	}
-	b.result.ReadyNodes = ready
-	return out
-}
-
-// snapshot builds the planner's input: every node, and of the essential
-// workloads' namespaces only the essential pods and their owners.
-func (b *bringup) snapshot(s *clusterState, now time.Time) rescue.Snapshot {
-	snap := rescue.Snapshot{
-		Now:           now,
-		Nodes:         s.nodes,
-		Namespaces:    s.namespaces,
-		PVCs:          s.pvcs,
-		Policies:      []*v1alpha1.RecoveryPolicy{b.policy},
-		ZoneConfig:    b.opts.ZoneConfig,
-		PreviousZones: b.zones,
-		Defaults:      rescue.Defaults{ReplacementTimeout: b.opts.ReplacementTimeout},
-	}
-	for _, r := range b.refs {
-		snap.Pods = append(snap.Pods, s.podsOf(r)...)
-		if d := s.workloads[r].deployment; d != nil {
-			snap.Deployments = append(snap.Deployments, d)
-			for _, rs := range s.replicaSets {
-				if ref := metav1.GetControllerOfNoCopy(rs); ref != nil && ref.UID == d.UID {
-					snap.ReplicaSets = append(snap.ReplicaSets, rs)
-				}
-			}
-		}
-	}
-	return snap
-}
-
-// criticalOf returns the plan's pods that belong to workload r.
-func criticalOf(plan rescue.Plan, s *clusterState, r WorkloadRef) []rescue.CriticalPod {
-	mine := map[string]bool{}
-	for _, p := range s.podsOf(r) {
-		mine[p.Name] = true
-	}
-	var out []rescue.CriticalPod
-	for _, cp := range plan.Critical {
-		if cp.Namespace == r.Namespace && mine[cp.Name] {
-			out = append(out, cp)
-		}
-	}
-	return out
-}
-
-func (b *bringup) reportPlan(plan rescue.Plan, dry bool) {
-	b.result.Zones = b.result.Zones[:0]
-	for _, z := range plan.Zones.Zones {
-		zr := ZoneReport{Zone: zone.DisplayZone(z.Zone), State: z.State.String(), NotReady: z.NotReady, Total: z.Total, Rate: z.Rate, Reason: z.StateReason}
-		b.result.Zones = append(b.result.Zones, zr)
-		meaning := ""
-		if z.NotReady > 0 && z.Rate == 0 {
-			meaning = "; upstream evicts no pod from its NotReady nodes"
-		}
-		b.out.change("zone/"+z.Zone, zr.State+fmt.Sprint(z.NotReady, z.Total),
-			"zone %s: %s (%s)%s", zr.Zone, zr.State, zr.Reason, meaning)
-	}
-	b.result.Stranded = b.result.Stranded[:0]
-	for _, cp := range plan.Critical {
-		b.result.Stranded = append(b.result.Stranded, PodReport{
-			Namespace: cp.Namespace, Name: cp.Name, Node: cp.Node, Workload: cp.Workload.String(), Decision: cp.Decision, Reason: cp.Reason,
-		})
-		b.out.change("pod/"+cp.Key(), string(cp.Decision)+string(cp.Action)+fmt.Sprint(cp.Terminating),
-			"pod %s (%s) on NotReady node %s: %s", cp.Key(), cp.Workload, cp.Node, decisionWords(cp, dry))
-	}
-	for _, w := range plan.Warnings {
-		if !slices.Contains(b.result.Warnings, w) {
-			b.result.Warnings = append(b.result.Warnings, w)
-			b.out.line("warning", "warning: %s", w)
-		}
-	}
-}
-
-func decisionWords(cp rescue.CriticalPod, dry bool) string {
-	switch {
-	case cp.Action != "" && dry:
-		return fmt.Sprintf("would %s, not applied (%s)", cp.Action, cp.Reason)
-	case cp.Action != "":
-		return fmt.Sprintf("%s (%s)", cp.Action, cp.Reason)
-	}
-	return fmt.Sprintf("%s: %s", cp.Decision, cp.Reason)
-}
-
-// act applies one action (or, dry, only records it) and keeps the
-// policy's status.lastActions as the controller would, so that the
-// planner's rate limit and its "one scale bounce per pod" rule hold across
-// rounds.
-func (b *bringup) act(ctx context.Context, s *clusterState, a rescue.Action, dry bool, now time.Time) {
-	rep := ActionReport{AtSeconds: b.out.since(), Kind: a.Kind, Namespace: a.Namespace, Name: a.Name, Pod: a.Pod, Node: a.Node, DryRun: dry, Reason: a.Reason}
-	if dry {
-		rep.Outcome = "not applied (dry run)"
-		if b.opts.WaitOnly && !b.opts.DryRun {
-			rep.Outcome = "not applied (wait only)"
-		}
-		if _, seen := b.planned[a.Key()]; !seen {
-			b.planned[a.Key()] = true
-			b.result.Actions = append(b.result.Actions, rep)
-		}
-		return
-	}
-	res := Apply(ctx, b.opts.Client, a)
-	rep.Outcome = res.Outcome
-	if res.Err != nil {
-		rep.Outcome = res.Err.Error()
-	}
-	b.result.Actions = append(b.result.Actions, rep)
-	b.out.line("action", "%s %s/%s: %s", a.Kind, a.Namespace, a.Name, rep.Outcome)
-	if res.Applied || res.Err != nil {
-		note := a.Reason
-		if res.Err != nil {
-			note = fmt.Sprintf("%s failed: %v; %s", a.Kind, res.Err, a.Reason)
-		}
-		if err := recordEvent(ctx, b.opts.Client, now, a, regardingFor(a, s), res.Err != nil, note); err != nil {
-			b.out.line("event", "Event for %s %s/%s not recorded: %v", a.Kind, a.Namespace, a.Name, err)
-		}
-	}
-	if !res.Applied {
-		return
-	}
-	// As the controller records it (rescue.Action.Record), newest first.
-	last := append([]v1alpha1.ActionRecord{a.Record(now, "Succeeded")}, b.policy.Status.LastActions...)
-	b.policy.Status.LastActions = last[:min(len(last), 10)]
-}
-
-// finish records the outcome and prints the summary.
-func (b *bringup) finish(o Outcome, now time.Time) {
-	r := b.result
-	r.Outcome, r.ExitCode = o, o.ExitCode()
-	r.ElapsedSeconds = now.Sub(b.start).Seconds()
-	var avail, notAvail []string
-	for _, w := range r.Workloads {
-		if w.State == StateAvailable {
-			avail = append(avail, w.Ref.Display())
-		} else {
-			notAvail = append(notAvail, fmt.Sprintf("%s %s: %s", w.Ref.Display(), w.State, w.Message))
-		}
-	}
-	elapsed := now.Sub(b.start).Round(100 * time.Millisecond)
-	switch o {
-	case OutcomeSucceeded:
-		r.Message = fmt.Sprintf("bring-up succeeded in %s: all %d essential workloads available (deadline %s)", elapsed, len(r.Workloads), r.Deadline)
-	case OutcomeDryRun:
-		r.Message = fmt.Sprintf("dry run: %d of %d essential workloads available now, %d actions planned, nothing changed", len(avail), len(r.Workloads), len(r.Actions))
-	case OutcomeRefusedUnsafe:
-		r.Message = fmt.Sprintf("bring-up refused as unsafe after %s: %d of %d workloads available; these need fencing first (taint the dead node %s once it is confirmed off, then run again):\n  %s",
-			elapsed, len(avail), len(r.Workloads), "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute", strings.Join(notAvail, "\n  "))
-	case OutcomeTimedOut:
-		r.Message = fmt.Sprintf("bring-up timed out after %s (deadline %s): %d of %d workloads available; still missing:\n  %s",
-			elapsed, r.Deadline, len(avail), len(r.Workloads), strings.Join(notAvail, "\n  "))
-	}
-	b.out.line("summary", "%s", r.Message)
-}
-
-func nodeReady(conds []corev1.NodeCondition) bool {
-	for _, c := range conds {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
 	}
 	return false
 }

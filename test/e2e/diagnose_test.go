@@ -24,14 +24,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/internal/agent"
+	"rebound/internal/birdlab"
+	"rebound/internal/birdtest"
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/diagnose"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdlab"
-	"rebound/pkg/peering/bird/birdtest"
 )
 
 // The diagnose tests run `rebound diagnose` in-process (diagnose.Run, what
@@ -335,7 +336,7 @@ func TestDiagnoseS5(t *testing.T) {
 
 	createStatefulWorkload(ctx, t, cl)
 	waitPod(ctx, t, cl, "kube-system", "etcd-standin-0", func(p *corev1.Pod) bool {
-		return p.Spec.NodeName == "node-3" && podIsReady(p)
+		return p.Spec.NodeName == "node-3" && kubestatus.PodReady(p)
 	})
 	if err := c.StopNode(ctx, "node-3"); err != nil {
 		t.Fatal(err)
@@ -392,12 +393,11 @@ func TestDiagnoseS4(t *testing.T) {
 	for _, n := range lab.Nodes {
 		annotateBGP(ctx, t, c, n, "")
 	}
-	startPeeringController(t, c, controller.PeeringOptions{
-		Name:                "peering-diagnose-s4",
-		Config:              peering.Config{PruneGracePeriod: grace},
-		NodeSelector:        labels.Everything(),
-		SessionReportMaxAge: 6 * time.Second,
-		State:               controllerState("rebound-peering-diagnose-s4"),
+	set := startPeeringController(t, c, controller.PeeringOptions{
+		Name:         "peering-diagnose-s4",
+		Config:       peering.Config{PruneGracePeriod: grace, Evidence: peering.EvidenceOptions{ReportMaxAge: 6 * time.Second}},
+		NodeSelector: labels.Everything(),
+		State:        controllerState("rebound-peering-diagnose-s4"),
 	})
 	for _, n := range lab.Nodes {
 		waitInSet(ctx, t, c, n.Name, true, 30*time.Second)
@@ -405,7 +405,7 @@ func TestDiagnoseS4(t *testing.T) {
 	if err := lab.StartAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	agentOpts := agent.Options{Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second, ReadyAfter: time.Hour}
+	agentOpts := agent.Options{PeerSet: set, Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second, ReadyAfter: time.Hour}
 	startAgent(t, c, lab, a, agentOpts)
 	agentB := startAgent(t, c, lab, b, agentOpts)
 	agentC := startAgent(t, c, lab, cc, agentOpts)

@@ -1,0 +1,88 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"rebound/api/v1alpha1"
+	"rebound/pkg/rescue"
+)
+
+// snapshot reads what PlanFor needs from the caches, read-only: cached
+// objects are shared, not copied (UnsafeDisableDeepCopy), and PlanFor
+// never writes to its input. Of the pods it reads only those bound to
+// NotReady nodes, through the node-name index: PlanFor examines no other,
+// so a pass costs the NotReady nodes' pods, not the cluster's; during an
+// incident (a node NotReady) it also reads the Ready nodes' pods, whose
+// requests decide whether a replacement can run anywhere.
+//
+// Policies are the exception: their status is patched from them, so they
+// are deep copies.
+func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescue.Snapshot, error) {
+	s := rescue.Snapshot{Now: now, ZoneConfig: r.opts.ZoneConfig, Defaults: r.opts.Defaults, Namespaces: map[string]map[string]string{}}
+	r.mu.Lock()
+	s.PreviousZones = r.prevZones
+	s.PreviousDisruption = r.prevDisruption
+	r.mu.Unlock()
+
+	var nodes corev1.NodeList
+	var namespaces corev1.NamespaceList
+	var pvcs corev1.PersistentVolumeClaimList
+	var rss appsv1.ReplicaSetList
+	var deps appsv1.DeploymentList
+	for _, l := range []client.ObjectList{&nodes, &namespaces, &pvcs, &rss, &deps} {
+		if err := r.client.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
+			return s, fmt.Errorf("list %T: %w", l, err)
+		}
+	}
+	var policies v1alpha1.RecoveryPolicyList
+	if err := r.client.List(ctx, &policies); err != nil {
+		return s, fmt.Errorf("list %T: %w", &policies, err)
+	}
+	s.Nodes = pointers(nodes.Items)
+	incident := slices.ContainsFunc(s.Nodes, rescue.NodeNotReady)
+	for _, n := range s.Nodes {
+		// The Ready nodes' pods too, during an incident only: the target
+		// check (pkg/rescue target.go) sums their requests to tell
+		// whether a replacement fits. PlanFor sums them only when a
+		// stranded pod needs a target.
+		if !incident {
+			break
+		}
+		var pods corev1.PodList
+		if err := r.client.List(ctx, &pods, client.MatchingFields{podNodeIndex: n.Name}, client.UnsafeDisableDeepCopy); err != nil {
+			return s, fmt.Errorf("list pods of node %s: %w", n.Name, err)
+		}
+		s.Pods = append(s.Pods, pointers(pods.Items)...)
+	}
+	s.PVCs = pointers(pvcs.Items)
+	s.ReplicaSets = pointers(rss.Items)
+	s.Deployments = pointers(deps.Items)
+	s.Policies = pointers(policies.Items)
+	for i := range namespaces.Items {
+		s.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
+	}
+	s.RecentActions = r.recentActions(now)
+	// The second liveness signal (issue 9, item 2). WIRING POINT: the
+	// lead connects RecoveryOptions.BGPAlive to pkg/peering's evidence
+	// from the agents' session reports. Until then it is nil, and nil is
+	// safe: no node counts as alive.
+	if r.opts.BGPAlive != nil {
+		s.BGPAlive = r.opts.BGPAlive(ctx, s.Nodes, now)
+	}
+	return s, nil
+}
+
+func pointers[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
