@@ -23,7 +23,7 @@ import (
 // sandbox's etcd is built from), take a real snapshot through its API and
 // then damage copies of it.
 
-func freeURL(t *testing.T) url.URL {
+func freeURL(t testing.TB) url.URL {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -35,7 +35,7 @@ func freeURL(t *testing.T) url.URL {
 }
 
 // startEtcd runs a one-member etcd on dataDir until the test ends.
-func startEtcd(t *testing.T, dataDir, name string, peer url.URL) string {
+func startEtcd(t testing.TB, dataDir, name string, peer url.URL) string {
 	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Name = name
@@ -67,7 +67,7 @@ var fixture struct {
 
 // snapshotFixture takes one snapshot of an etcd holding a few keys and
 // returns a private copy of it for the test to damage.
-func snapshotFixture(t *testing.T) string {
+func snapshotFixture(t testing.TB) string {
 	t.Helper()
 	if fixture.path == "" {
 		dir, err := os.MkdirTemp("", "etcdsnapshot-test-")

@@ -20,6 +20,7 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+	"runtime/debug"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -128,11 +129,19 @@ func Verify(path string) (Info, error) {
 	}
 	info.SHA256 = hex.EncodeToString(trailer)
 
-	if err := checkBuckets(path); err != nil {
+	// A file can be damaged before etcd streamed it, or crafted with a
+	// matching trailer: check what bbolt will follow before it maps the file.
+	if err := checkPages(f, info.Size, dbSize); err != nil {
+		return info, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
+	}
+	if err := guardFaults(func() error { return checkBuckets(path) }); err != nil {
+		if errors.Is(err, errFault) {
+			return info, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
+		}
 		return info, err
 	}
-	status, err := status(path)
-	if err != nil {
+	var status utlsnapshot.Status
+	if err := guardFaults(func() (err error) { status, err = statusOf(path); return err }); err != nil {
 		return info, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
 	}
 	info.Revision, info.TotalKeys, info.StorageVersion = status.Revision, status.TotalKey, status.Version
@@ -187,12 +196,7 @@ func dbSizeFromHeader(head []byte) (int64, error) {
 // checkBuckets opens the database read-only and checks that it has etcd's
 // "key" and "meta" buckets: a bbolt file of another program is not a
 // snapshot.
-func checkBuckets(path string) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%s: %w: bbolt could not read it: %v", path, ErrCorrupt, r)
-		}
-	}()
+func checkBuckets(path string) error {
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
 	if err != nil {
 		return fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
@@ -208,15 +212,28 @@ func checkBuckets(path string) (err error) {
 	})
 }
 
-// status runs etcdutl's snapshot status, which walks every page (bbolt's
+// statusOf runs etcdutl's snapshot status, which walks every page (bbolt's
 // Tx.Check) and every key, and reads the revision.
-func status(path string) (st utlsnapshot.Status, err error) {
+func statusOf(path string) (utlsnapshot.Status, error) {
+	return utlsnapshot.NewV3(zap.NewNop()).Status(path)
+}
+
+// errFault: reading the file through bbolt panicked or faulted.
+var errFault = errors.New("reading it failed")
+
+// guardFaults runs fn, which reads an untrusted file through bbolt's
+// memory map, so that a panic, or a memory fault that checkPages did not
+// foresee, becomes an error instead of killing the process:
+// debug.SetPanicOnFault turns the fault into a panic on this goroutine
+// (restored afterwards), and recover catches it.
+func guardFaults(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("reading it failed: %v", r)
+			err = fmt.Errorf("%w: %v", errFault, r)
 		}
 	}()
-	return utlsnapshot.NewV3(zap.NewNop()).Status(path)
+	return fn()
 }
 
 // printable renders bytes for an error message without control characters.
