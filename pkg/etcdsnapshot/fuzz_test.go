@@ -124,11 +124,12 @@ func FuzzVerify(f *testing.F) {
 		n++
 		path := filepath.Join(dir, "snapshot-"+strconv.Itoa(n)+".db")
 		defer os.Remove(path)
-		for _, try := range []func([]byte) bool{func([]byte) bool { return true }, reseal} {
-			if !try(data) {
-				continue
-			}
-			if err := os.WriteFile(path, data, 0o600); err != nil {
+		inputs := [][]byte{data}
+		if sealed := append([]byte(nil), data...); reseal(sealed) {
+			inputs = append(inputs, sealed)
+		}
+		for _, in := range inputs {
+			if err := os.WriteFile(path, in, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			info, err := Verify(path)
@@ -140,6 +141,30 @@ func FuzzVerify(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestFuzzSeedIsASnapshot(t *testing.T) {
+	// The snapshot seed must stay a snapshot Verify accepts, or the fuzzer
+	// starts from nothing but refusals.
+	seed, err := os.ReadFile(filepath.Join("testdata", "fuzz", "FuzzVerify", "snapshot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, ok := strings.CutPrefix(string(seed), "go test fuzz v1\n[]byte(")
+	if ok {
+		body, ok = strings.CutSuffix(body, ")\n")
+	}
+	raw, err := strconv.Unquote(body)
+	if !ok || err != nil {
+		t.Fatalf("testdata/fuzz/FuzzVerify/snapshot is not a []byte corpus entry: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "seed.db")
+	if err := os.WriteFile(path, []byte(raw), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := Verify(path); err != nil || info.TotalKeys != 3 {
+		t.Fatalf("Verify(snapshot seed) = %+v, %v; want the 3-key snapshot", info, err)
+	}
 }
 
 // TestWriteFuzzSeeds regenerates the FuzzVerify seed corpus from a fresh
