@@ -220,8 +220,16 @@ type BGP struct {
 	// KeptNotReady are NotReady nodes still in the peer set, with why:
 	// every other node's BIRD keeps waiting for them.
 	KeptNotReady []BGPMember `json:"keptNotReady"`
+	// Frozen is true while the published set is frozen (nobody leaves):
+	// full disruption, or too many members leaving at once; FrozenReason
+	// says which.
+	Frozen       bool   `json:"frozen,omitempty"`
+	FrozenReason string `json:"frozenReason,omitempty"`
 	// LeftOut are the nodes labelled out of the peer set, with why.
 	LeftOut []BGPMember `json:"leftOut"`
+	// Budgets are every node's blackhole budget (see BGPBudget), sorted
+	// by node name; empty when rebound's peering is not in use.
+	Budgets []BGPBudget `json:"budgets"`
 }
 
 // BGPNode is one agent's report.
