@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"os"
 	"runtime/debug"
@@ -166,25 +165,17 @@ func dbSizeFromHeader(head []byte) (int64, error) {
 	var best int64
 	var bestTx uint64
 	valid := 0
-	for i := int64(0); i < 2; i++ {
-		off := i * pageSize
-		if off+pageHeaderSize+metaSumLen+8 > int64(len(head)) {
+	for i := int64(0); i < 2 && i*pageSize < int64(len(head)); i++ {
+		m, ok := parseMeta(head[i*pageSize:], int(i))
+		if !ok {
 			break
 		}
-		meta := head[off+pageHeaderSize:]
-		if binary.LittleEndian.Uint32(meta) != boltMagic {
-			continue
-		}
-		sum := fnv.New64a()
-		sum.Write(meta[:metaSumLen])
-		if sum.Sum64() != binary.LittleEndian.Uint64(meta[metaSumLen:]) {
+		if !m.magicOK || !m.checksum {
 			continue
 		}
 		valid++
-		pgid := int64(binary.LittleEndian.Uint64(meta[40:]))
-		txid := binary.LittleEndian.Uint64(meta[48:])
-		if valid == 1 || txid > bestTx {
-			best, bestTx = pgid*pageSize, txid
+		if valid == 1 || m.txid > bestTx {
+			best, bestTx = int64(m.pgid)*pageSize, m.txid
 		}
 	}
 	if valid == 0 {
