@@ -71,7 +71,10 @@ func hasTrailer(n int64) bool { return n%512 == sha256.Size }
 // (magic and meta page checksum), not shorter than its own header says,
 // followed by a SHA-256 trailer that matches the database, whose pages pass
 // bbolt's consistency check and which holds etcd's buckets. Errors wrap
-// ErrNotSnapshot or ErrCorrupt and say what was found.
+// ErrNotSnapshot or ErrCorrupt and say what was found. The file is
+// untrusted: every page bbolt will follow is bounds-checked first
+// (checkPages) and the bbolt part runs under guardFaults, so no file can
+// crash the process (FuzzVerify).
 func Verify(path string) (Info, error) {
 	info := Info{Path: path}
 	f, err := os.Open(path)
