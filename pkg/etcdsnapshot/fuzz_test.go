@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // reseal makes a damaged database look intact again: it recomputes the
@@ -111,6 +112,9 @@ func TestGuardFaultsTurnsAFaultIntoAnError(t *testing.T) {
 	}
 }
 
+// fuzzHang is long for a 30 KiB file: the machines this runs on are loaded.
+const fuzzHang = 60 * time.Second
+
 // FuzzVerify writes arbitrary bytes to a file and verifies it: Verify must
 // return an Info or an error, never crash or hang. Each input is tried as
 // is and resealed (meta checksums and trailer made valid), so that the
@@ -132,7 +136,11 @@ func FuzzVerify(f *testing.F) {
 			if err := os.WriteFile(path, in, 0o600); err != nil {
 				t.Fatal(err)
 			}
+			// The fuzzer has no per-input deadline: a hang would only
+			// stall it. Crashing the worker makes it save the input.
+			watchdog := time.AfterFunc(fuzzHang, func() { panic(fmt.Sprintf("Verify hung for %v on a %d-byte input", fuzzHang, len(in))) })
 			info, err := Verify(path)
+			watchdog.Stop()
 			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNotSnapshot) {
 				t.Fatalf("Verify error %v is neither ErrCorrupt nor ErrNotSnapshot", err)
 			}
