@@ -16,6 +16,6 @@ pkgs=("${@:-./...}")
 for dir in $(go list -f '{{.Dir}}' "${pkgs[@]}" | grep -v /test/e2e); do
 	for f in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
 		echo "== $dir $f ($FUZZTIME)"
-		(cd "$dir" && go test . -run '^$' -fuzz "^${f}\$" -fuzztime "$FUZZTIME")
+		(cd "$dir" && go test . -run '^$' -fuzz "^${f}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime 1s)
 	done
 done
