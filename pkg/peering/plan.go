@@ -54,7 +54,7 @@ func Plan(in Input, now time.Time) Result {
 		if n.Ready {
 			allNotReady = false
 		}
-		d := decide(cfg, n, prev, known, ev.Alive[n.Name], now)
+		d := decide(cfg, n, prev, known, ev.Alive[n.Name], ev.BFDDownSince[n.Name], now)
 		if dups[n.Name] != "" {
 			d = decision{reason: OutDuplicate, message: dups[n.Name]}
 		}
@@ -243,7 +243,7 @@ type decision struct {
 }
 
 // decide applies the membership rules to one node, first match wins.
-func decide(cfg Config, n Node, prev NodeState, known bool, alive string, now time.Time) decision {
+func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDownSince time.Time, now time.Time) decision {
 	switch {
 	case !n.Address.IsValid():
 		return decision{reason: OutNoAddress, message: "no valid BGP address: nothing to peer with"}
@@ -264,6 +264,11 @@ func decide(cfg Config, n Node, prev NodeState, known bool, alive string, now ti
 	}
 
 	streakStart := n.LastTransition
+	if !bfdDownSince.IsZero() && (streakStart.IsZero() || bfdDownSince.Before(streakStart)) {
+		// Every live reporter's BFD lost it before the API noticed
+		// (node-monitor-grace-period): the grace counts from then.
+		streakStart = bfdDownSince
+	}
 	if known && prev.Since.After(streakStart) {
 		// Re-added after a removal: the streak cannot predate the rejoin.
 		streakStart = prev.Since

@@ -18,6 +18,7 @@ import (
 const (
 	StateEstablished = "Established"
 	BFDUp            = "Up"
+	BFDDown          = "Down"
 )
 
 // Defaults of the report rules (EvidenceOptions).
