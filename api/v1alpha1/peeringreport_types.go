@@ -51,6 +51,13 @@ type PeeringReportData struct {
 	// (it is starting): its sessions say nothing about other nodes yet.
 	// +optional
 	BirdRecovering bool `json:"birdRecovering,omitempty"`
+	// ListenPort is the BGP port this node's BIRD listens on (rebound agent
+	// --listen-port); 0 means BGP's 179. The controller publishes it as
+	// the node's port unless the node carries peering.rebound.dev/bgp-port.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	ListenPort int32 `json:"listenPort,omitempty"`
 	// Established counts the sessions that are Established with peers the
 	// published set marks Ready; they are not listed.
 	// +optional

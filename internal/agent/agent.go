@@ -451,6 +451,9 @@ func (a *Agent) poll(ctx context.Context) {
 	}
 	now := a.clock.Now()
 	report, ss, err := ReadReport(ctx, a.opts.Control, a.opts.NodeName, peers, doc, now)
+	// Peers dial the port the controller publishes for this node: the
+	// report tells it where this BIRD listens.
+	report.ListenPort = a.opts.ListenPort
 	if err != nil {
 		a.log.Debug("BIRD partly unreadable", "error", err)
 	}

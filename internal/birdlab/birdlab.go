@@ -59,6 +59,9 @@ type Options struct {
 	KernelNode int
 	// NodeName names node i; nil means "node-<i>".
 	NodeName func(i int) string
+	// Port, when set, is every node's BGP port (each on its own address),
+	// as on real nodes; 0 picks a free port per node.
+	Port uint16
 	// BFD, when set, runs BFD with every peer. Only BIRD 2 can: it binds
 	// BFD to the node's address (strict bind); several BIRD 1.6 on one
 	// host share BFD's ports and their sessions flap.
@@ -137,6 +140,9 @@ func New(opts Options) (*Lab, error) {
 	for i := range opts.Nodes {
 		addr := netip.AddrFrom4([4]byte{127, byte(opts.Net), byte(i / 200), byte(i%200 + 2)})
 		port, err := freePort(addr, l.netns)
+		if opts.Port != 0 {
+			port, err = opts.Port, checkPort(addr, opts.Port, l.netns)
+		}
 		if err != nil {
 			l.Close()
 			return nil, err
@@ -414,6 +420,19 @@ func freePort(addr netip.Addr, anyAddr bool) (uint16, error) {
 			return port, nil
 		}
 	}
+}
+
+// checkPort fails unless port is free on addr now (any port in a fresh
+// namespace is).
+func checkPort(addr netip.Addr, port uint16, inNetNS bool) error {
+	if inNetNS {
+		return nil
+	}
+	l, err := net.Listen("tcp", netip.AddrPortFrom(addr, port).String())
+	if err != nil {
+		return fmt.Errorf("birdlab: port %d on %s: %w", port, addr, err)
+	}
+	return l.Close()
 }
 
 // Others returns the nodes of all except self, in order.

@@ -49,6 +49,12 @@ type Evidence struct {
 	// agent (internal/agent/start.go) leaves such a peer out of BIRD's
 	// start.
 	Lost map[string]string
+	// BFDDownSince maps a NotReady node with Down evidence to when the
+	// last of the counting reporters lost it, when every one of them runs
+	// BFD with it and reports it Down with a known time: the data plane
+	// has been gone since then. The prune grace period counts from the
+	// earlier of this and the NotReady transition.
+	BFDDownSince map[string]time.Time
 	// StaleAt is the earliest time at which a report that counts now
 	// stops counting (it ages out): the answer may change then without
 	// any new input. Zero when no report counts.
@@ -81,7 +87,8 @@ type Evidence struct {
 // ages out, the node is judged by the API alone.
 func AliveEvidence(nodes []Node, reports []Report, now time.Time, opts EvidenceOptions) Evidence {
 	opts = opts.WithDefaults()
-	ev := Evidence{Alive: map[string]string{}, Down: map[string]string{}, Lost: map[string]string{}}
+	ev := Evidence{Alive: map[string]string{}, Down: map[string]string{}, Lost: map[string]string{}, BFDDownSince: map[string]time.Time{}}
+	noBFDTime := map[string]bool{} // a counting reporter without a BFD-down time
 	byName := make(map[string]Node, len(nodes))
 	notReady := 0
 	for _, n := range nodes {
@@ -123,6 +130,13 @@ func AliveEvidence(nodes []Node, reports []Report, now time.Time, opts EvidenceO
 				if _, done := ev.Down[s.Peer]; !done {
 					ev.Down[s.Peer] = fmt.Sprintf("%s reports its BGP session with it %s at %s", r.Reporter, s.State, stamp(r.ObservedAt))
 				}
+				if s.BFD == BFDDown && !s.Since.IsZero() && !s.Since.After(r.ObservedAt) {
+					if s.Since.After(ev.BFDDownSince[s.Peer]) {
+						ev.BFDDownSince[s.Peer] = s.Since
+					}
+				} else {
+					noBFDTime[s.Peer] = true
+				}
 				counted = true
 			}
 		}
@@ -137,6 +151,11 @@ func AliveEvidence(nodes []Node, reports []Report, now time.Time, opts EvidenceO
 	// node that others still reach.
 	for node := range ev.Alive {
 		delete(ev.Down, node)
+	}
+	for node := range ev.BFDDownSince {
+		if _, down := ev.Down[node]; !down || noBFDTime[node] {
+			delete(ev.BFDDownSince, node)
+		}
 	}
 	lostByMesh(byName, sorted, now, opts, ev.Lost)
 	return ev

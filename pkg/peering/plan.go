@@ -54,7 +54,7 @@ func Plan(in Input, now time.Time) Result {
 		if n.Ready {
 			allNotReady = false
 		}
-		d := decide(cfg, n, prev, known, ev.Alive[n.Name], now)
+		d := decide(cfg, n, prev, known, ev.Alive[n.Name], ev.BFDDownSince[n.Name], now)
 		if dups[n.Name] != "" {
 			d = decision{reason: OutDuplicate, message: dups[n.Name]}
 		}
@@ -122,7 +122,7 @@ func Plan(in Input, now time.Time) Result {
 		res.State.Nodes[n.Name] = next
 		res.Decisions = append(res.Decisions, Decision{Name: n.Name, InSet: d.inSet, Reason: d.reason, Message: d.message})
 		if d.inSet {
-			p := Peer{Name: n.Name, Address: n.Address, Port: n.Port, Ready: n.Ready, ReadySince: n.LastTransition, Reason: d.reason}
+			p := Peer{Name: n.Name, Address: n.Address, Port: bgpPort(n, in.Reports, cfg), Ready: n.Ready, ReadySince: n.LastTransition, Reason: d.reason}
 			if !n.Ready {
 				p.Alive = ev.Alive[n.Name]
 			} else {
@@ -243,7 +243,7 @@ type decision struct {
 }
 
 // decide applies the membership rules to one node, first match wins.
-func decide(cfg Config, n Node, prev NodeState, known bool, alive string, now time.Time) decision {
+func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDownSince time.Time, now time.Time) decision {
 	switch {
 	case !n.Address.IsValid():
 		return decision{reason: OutNoAddress, message: "no valid BGP address: nothing to peer with"}
@@ -264,6 +264,11 @@ func decide(cfg Config, n Node, prev NodeState, known bool, alive string, now ti
 	}
 
 	streakStart := n.LastTransition
+	if !bfdDownSince.IsZero() && (streakStart.IsZero() || bfdDownSince.Before(streakStart)) {
+		// Every live reporter's BFD lost it before the API noticed
+		// (node-monitor-grace-period): the grace counts from then.
+		streakStart = bfdDownSince
+	}
 	if known && prev.Since.After(streakStart) {
 		// Re-added after a removal: the streak cannot predate the rejoin.
 		streakStart = prev.Since
@@ -287,6 +292,31 @@ func decide(cfg Config, n Node, prev NodeState, known bool, alive string, now ti
 		}
 	}
 	return decision{reason: OutNotReady, message: fmt.Sprintf("NotReady for %s, past the %s grace period, and no live peer shows fresh evidence that it is alive", down, grace)}
+}
+
+// bgpPort is the port published for n, from one place: the node's
+// peering.rebound.dev/bgp-port annotation (Node.Port), else the port its
+// own agent reports its BIRD listens on (any report of its own, fresh or
+// not: it describes the node, it is no evidence of life, and a wrong one
+// only costs the node its own sessions), else Config.DefaultBGPPort. 0
+// and 179 both publish 0 (BGP's default).
+func bgpPort(n Node, reports []Report, cfg Config) uint16 {
+	port := n.Port
+	if port == 0 {
+		for _, r := range reports {
+			if r.Reporter == n.Name && r.ListenPort != 0 {
+				port = r.ListenPort
+				break
+			}
+		}
+	}
+	if port == 0 {
+		port = cfg.DefaultBGPPort
+	}
+	if port == 179 {
+		return 0
+	}
+	return port
 }
 
 // uniqueSortedNodes returns the nodes sorted by name, keeping the first of

@@ -18,6 +18,7 @@ import (
 const (
 	StateEstablished = "Established"
 	BFDUp            = "Up"
+	BFDDown          = "Down"
 )
 
 // Defaults of the report rules (EvidenceOptions).
@@ -43,6 +44,9 @@ type Report struct {
 	// Error is why BIRD could not be read; a report with an error says
 	// nothing about sessions.
 	Error string
+	// ListenPort is the BGP port the reporter's BIRD listens on (agent
+	// --listen-port); 0 means 179. It describes the reporter itself.
+	ListenPort uint16
 	// Recovering: the reporter's BIRD is in graceful-restart recovery
 	// (starting): its sessions say nothing about other nodes yet.
 	Recovering bool
@@ -96,7 +100,7 @@ func CompactReport(reporter string, observedAt time.Time, generation int64, sess
 // ObservedAt: an agent writes only when this is false or its last write
 // is getting old.
 func (r Report) SameContent(o Report) bool {
-	if r.Reporter != o.Reporter || r.SetGeneration != o.SetGeneration || r.Error != o.Error || r.Recovering != o.Recovering || r.Established != o.Established || len(r.Sessions) != len(o.Sessions) {
+	if r.Reporter != o.Reporter || r.SetGeneration != o.SetGeneration || r.Error != o.Error || r.Recovering != o.Recovering || r.ListenPort != o.ListenPort || r.Established != o.Established || len(r.Sessions) != len(o.Sessions) {
 		return false
 	}
 	for i := range r.Sessions {

@@ -82,6 +82,10 @@ type Config struct {
 	MaxLeaveShare float64 `json:"maxLeaveShare,omitempty"`
 	// Evidence says which agents' reports count (AliveEvidence).
 	Evidence EvidenceOptions `json:"evidence,omitzero"`
+	// DefaultBGPPort is the port published for a node that has neither
+	// the peering.rebound.dev/bgp-port annotation nor an agent report of
+	// its listen port (controller --bgp-port); 0 means 179.
+	DefaultBGPPort uint16 `json:"defaultBGPPort,omitempty"`
 }
 
 // WithDefaults returns c with every zero duration replaced by its default.

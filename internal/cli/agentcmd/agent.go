@@ -156,7 +156,7 @@ Probes on --health-addr:
 	f.StringVar(&opts.Birdc, "birdc", "", "run this birdc binary (birdc -s SOCKET configure) instead of speaking the socket protocol directly")
 	f.Uint32Var(&as, "as", 0, "local AS number of the mesh (Calico's default is 64512)")
 	f.StringVar(&address, "address", "", "this node's BGP address; default: its Node's projectcalico.org/IPv4Address, else its InternalIP")
-	f.Uint16Var(&listenPort, "listen-port", 0, "listen for BGP on --address and this port only (several BIRDs on one host); 0 keeps BIRD's default, port 179 everywhere")
+	f.Uint16Var(&listenPort, "listen-port", 0, "listen for BGP on --address and this port only, and report it: the controller publishes it as this node's port, so peers dial it (a node's peering.rebound.dev/bgp-port annotation overrides it); 0 keeps BIRD's default, port 179 on every address, which is also the controller's --bgp-port default")
 	f.IntVar(&opts.GracefulRestartTime, "graceful-restart-time", bird.DefaultGracefulRestartTime, "seconds peers keep this node's routes while it restarts (BIRD's per-peer graceful restart time, Calico's nodeMeshMaxRestartTime)")
 	f.IntVar(&opts.GracefulRestartWait, "graceful-restart-wait", bird.DefaultGracefulRestartWait, "longest time BIRD in graceful-restart recovery (bird -R) waits for peers before it programs routes (BIRD's global graceful restart wait)")
 	f.BoolVar(&opts.BFD, "bfd", true, "run BFD with every peer (bfd graceful): a dead peer's session drops in --bfd-interval x --bfd-multiplier instead of the BGP hold time (240 s), and the controller's prune grace counts from that moment; peers without BFD are unaffected")

@@ -21,6 +21,7 @@ func ReportFromAPI(obj *v1alpha1.PeeringReport) (peering.Report, error) {
 		SetGeneration: obj.Report.SetGeneration,
 		Error:         obj.Report.BirdError,
 		Recovering:    obj.Report.BirdRecovering,
+		ListenPort:    uint16(obj.Report.ListenPort),
 		Established:   int(obj.Report.Established),
 	}
 	for _, p := range obj.Report.Peers {
@@ -48,6 +49,7 @@ func ReportToAPI(r peering.Report) *v1alpha1.PeeringReport {
 			SetGeneration:  r.SetGeneration,
 			BirdError:      r.Error,
 			BirdRecovering: r.Recovering,
+			ListenPort:     int32(r.ListenPort),
 			Established:    int32(r.Established),
 		},
 	}
