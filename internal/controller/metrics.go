@@ -1,13 +1,18 @@
 package controller
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"rebound/pkg/peering"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
 )
 
+// The metric names below are what deploy/monitoring/alerts.yaml and
+// docs/install.md refer to; TestAlertRules checks the alerts on them.
 var (
 	zoneStateGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rebound_zone_state",
@@ -20,6 +25,10 @@ var (
 	strandedPodsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rebound_stranded_pods",
 		Help: "Critical pods on NotReady nodes that upstream eviction will not move within maxUnavailableTime, by policy.",
+	}, []string{"policy"})
+	strandedDeadlineGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_stranded_oldest_deadline_timestamp_seconds",
+		Help: "Earliest policy deadline (NotReady since + maxUnavailableTime, Unix seconds) of the critical pods still stranded and not replaced, by policy; absent when none.",
 	}, []string{"policy"})
 	waitingForFencingGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rebound_waiting_for_fencing_pods",
@@ -34,10 +43,29 @@ var (
 		Help:    "Time to gather a snapshot and plan.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 	})
+
+	peerSetSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_peering_set_size",
+		Help: "Nodes in the published BGP peer set.",
+	}, []string{"controller"})
+	peerSetNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_peering_nodes",
+		Help: "Nodes the peering controller plans for (the set's candidates); rebound_peering_set_size below it means nodes are left out of the mesh.",
+	}, []string{"controller"})
+	peerSetFrozen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_peering_set_frozen",
+		Help: "1 while the published peer set is frozen (full disruption, or too large a share would leave at once), else 0.",
+	}, []string{"controller"})
+	peerSetChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rebound_peering_changes_total",
+		Help: "Nodes added to or removed from the published BGP peer set, by kind.",
+	}, []string{"controller", "kind"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(zoneStateGauge, zoneEvictionRate, strandedPodsGauge, waitingForFencingGauge, rescuesTotal, planSeconds)
+	metrics.Registry.MustRegister(zoneStateGauge, zoneEvictionRate, strandedPodsGauge, strandedDeadlineGauge,
+		waitingForFencingGauge, rescuesTotal, planSeconds,
+		peerSetSize, peerSetNodes, peerSetFrozen, peerSetChanges)
 }
 
 var allZoneStates = []zone.State{zone.Initial, zone.Normal, zone.PartialDisruption, zone.FullDisruption}
@@ -63,4 +91,41 @@ func observePlan(p rescue.Plan) {
 		strandedPodsGauge.WithLabelValues(pr.Name).Set(float64(pr.Stranded))
 		waitingForFencingGauge.WithLabelValues(pr.Name).Set(float64(pr.WaitingForFencing))
 	}
+	strandedDeadlineGauge.Reset()
+	for policy, d := range oldestStrandedDeadlines(p.Critical) {
+		strandedDeadlineGauge.WithLabelValues(policy).Set(float64(d.Unix()))
+	}
+}
+
+// oldestStrandedDeadlines returns, per policy, the earliest deadline of
+// the pods still stranded: neither replaced nor skipped.
+func oldestStrandedDeadlines(pods []rescue.CriticalPod) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, c := range pods {
+		if !c.Stranded || c.Decision == rescue.DecisionReplaced || c.Decision == rescue.DecisionSkip {
+			continue
+		}
+		if d, ok := out[c.Policy]; !ok || c.Deadline.Before(d) {
+			out[c.Policy] = c.Deadline
+		}
+	}
+	return out
+}
+
+// observePeering publishes the peer set's gauges. frozen is the planner's
+// verdict that the set must not shrink now.
+func observePeering(name string, res peering.Result, frozen bool) {
+	peerSetSize.WithLabelValues(name).Set(float64(len(res.Peers)))
+	nodes := 0
+	for _, d := range res.Decisions {
+		if d.Reason != peering.OutDeleted {
+			nodes++
+		}
+	}
+	peerSetNodes.WithLabelValues(name).Set(float64(nodes))
+	v := 0.0
+	if frozen {
+		v = 1
+	}
+	peerSetFrozen.WithLabelValues(name).Set(v)
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,27 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/calico"
 )
-
-var (
-	peerSetSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "rebound_peering_set_size",
-		Help: "Nodes in the published BGP peer set.",
-	}, []string{"controller"})
-	peerSetChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "rebound_peering_changes_total",
-		Help: "Nodes added to or removed from the published BGP peer set, by kind.",
-	}, []string{"controller", "kind"})
-)
-
-func init() {
-	metrics.Registry.MustRegister(peerSetSize, peerSetChanges)
-}
 
 // PeeringReconciler publishes the health-aware BGP peer set: snapshot of
 // the nodes (and the agents' session reports), peering.Plan, then the node
@@ -118,7 +101,7 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 
 	res := peering.Plan(peering.Input{Nodes: nodes, State: *r.state, Config: r.opts.Config}, now)
 	r.last = res
-	peerSetSize.WithLabelValues(r.opts.Name).Set(float64(len(res.Peers)))
+	observePeering(r.opts.Name, res, false)
 
 	var errs []error
 	if data, _ := json.Marshal(res.State); string(data) != r.savedJSON {
