@@ -41,7 +41,7 @@ type ManagerOptions struct {
 	// "get" the non-resource URL /metrics.
 	MetricsInsecure bool
 	MetricsCertDir  string
-	HealthAddr  string
+	HealthAddr      string
 	// LeaderElect makes one replica of several act; the others wait.
 	LeaderElect             bool
 	LeaderElectionNamespace string
