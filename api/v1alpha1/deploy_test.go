@@ -21,6 +21,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -162,7 +164,8 @@ func TestDeployManifests(t *testing.T) {
 		switch m.obj.(type) {
 		case *unstructured.Unstructured:
 			// scope unknown here
-		case *corev1.ServiceAccount, *appsv1.Deployment, *appsv1.DaemonSet, *rbacv1.Role, *rbacv1.RoleBinding:
+		case *corev1.ServiceAccount, *corev1.Service, *appsv1.Deployment, *appsv1.DaemonSet, *rbacv1.Role, *rbacv1.RoleBinding,
+			*policyv1.PodDisruptionBudget, *networkingv1.NetworkPolicy:
 			if meta.GetNamespace() != systemNamespace {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, systemNamespace)
 			}
@@ -472,15 +475,15 @@ func TestControllerDeployment(t *testing.T) {
 	if c.Image != "rebound:dev" {
 		t.Errorf("image = %q, want rebound:dev", c.Image)
 	}
-	if cmd := strings.Join(append(slices.Clone(c.Command), c.Args...), " "); cmd != "rebound controller --leader-elect" {
+	if cmd := strings.Join(append(slices.Clone(c.Command), c.Args...), " "); cmd != "rebound controller --leader-elect --namespace=$(POD_NAMESPACE)" {
 		t.Errorf("command = %q, want rebound controller --leader-elect", cmd)
 	}
 	ports := map[string]int32{}
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	if !reflect.DeepEqual(ports, map[string]int32{"metrics": 8080, "health": 8081}) {
-		t.Errorf("ports = %v, want metrics 8080 and health 8081", ports)
+	if !reflect.DeepEqual(ports, map[string]int32{"metrics": 8443, "health": 8081}) {
+		t.Errorf("ports = %v, want metrics 8443 and health 8081", ports)
 	}
 	for _, pr := range []struct {
 		name  string
