@@ -54,6 +54,7 @@ func TestHelmChartRender(t *testing.T) {
 		name: "default",
 		want: []string{
 			"CustomResourceDefinition /recoverypolicies.rebound.dev",
+			"CustomResourceDefinition /peeringreports.rebound.dev",
 			"Deployment rebound-system/rebound-controller",
 			"PodDisruptionBudget rebound-system/rebound-controller",
 			"Service rebound-system/rebound-controller-metrics",
@@ -61,18 +62,20 @@ func TestHelmChartRender(t *testing.T) {
 			"ClusterRole /rebound-metrics-reader",
 			"RecoveryPolicy /default",
 		},
-		absent: []string{"Namespace /rebound-system", "DaemonSet rebound-system/rebound-agent", "ClusterRole /rebound-controller-calico",
+		absent: []string{"Namespace /rebound-system", "DaemonSet rebound-agent/rebound-agent", "ClusterRole /rebound-controller-calico",
 			"ServiceMonitor rebound-system/rebound-controller", "PrometheusRule rebound-system/rebound"},
 	}, {
 		name:   "full",
 		values: FullValues,
 		want: []string{
 			"Namespace /rebound-system",
-			"DaemonSet rebound-system/rebound-agent",
+			"Namespace /rebound-agent",
+			"DaemonSet rebound-agent/rebound-agent",
+			"ValidatingAdmissionPolicy /rebound-agent-own-report",
 			"ClusterRole /rebound-controller-peering",
 			"ClusterRole /rebound-controller-calico",
 			"ServiceMonitor rebound-system/rebound-controller",
-			"PodMonitor rebound-system/rebound-agent",
+			"PodMonitor rebound-agent/rebound-agent",
 			"PrometheusRule rebound-system/rebound",
 		},
 	}} {
@@ -172,6 +175,7 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 func TestHelmChartFilesInSync(t *testing.T) {
 	for copyPath, source := range map[string]string{
 		"rebound/crds/rebound.dev_recoverypolicies.yaml": "../deploy/crd/rebound.dev_recoverypolicies.yaml",
+		"rebound/crds/rebound.dev_peeringreports.yaml":   "../deploy/crd/rebound.dev_peeringreports.yaml",
 		"rebound/files/alerts.yaml":                      "../deploy/monitoring/alerts.yaml",
 	} {
 		a, err := os.ReadFile(copyPath)

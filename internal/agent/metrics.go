@@ -6,8 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"rebound/pkg/peering"
 )
 
 // The agent's /metrics, read from its state at scrape time, so that the
@@ -59,9 +57,9 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descBIRDUp, prometheus.GaugeValue, v, node)
 	}
-	if status != nil && status.Error == "" {
+	if status != nil && status.err == "" {
 		byState := map[string]int{}
-		for _, s := range status.Sessions {
+		for _, s := range status.states {
 			byState[s]++
 		}
 		for s, n := range byState {
@@ -73,9 +71,9 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 // birdUp says whether BIRD answered at the last attempt: the last session
 // read if there was one, else the syncs (a reload that could not reach
 // BIRD). Unknown before either happened.
-func birdUp(status *peering.SessionReport, st Stats) (up, known bool) {
+func birdUp(status *sessionView, st Stats) (up, known bool) {
 	if status != nil {
-		return status.Error == "", true
+		return status.err == "", true
 	}
 	if st.Unreachable > 0 {
 		return false, true

@@ -11,8 +11,10 @@ import (
 	"rebound/pkg/zone"
 )
 
-// The metric names below are what deploy/monitoring/alerts.yaml and
-// docs/install.md refer to; TestAlertRules checks the alerts on them.
+// The metric names below, and those of peering_controller.go
+// (rebound_peering_set_size, rebound_peering_frozen, ...), are what
+// deploy/monitoring/alerts.yaml and docs/install.md refer to;
+// TestAlertRules checks the alerts on them.
 var (
 	zoneStateGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rebound_zone_state",
@@ -44,28 +46,15 @@ var (
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 	})
 
-	peerSetSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "rebound_peering_set_size",
-		Help: "Nodes in the published BGP peer set.",
-	}, []string{"controller"})
 	peerSetNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rebound_peering_nodes",
 		Help: "Nodes the peering controller plans for (the set's candidates); rebound_peering_set_size below it means nodes are left out of the mesh.",
 	}, []string{"controller"})
-	peerSetFrozen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "rebound_peering_set_frozen",
-		Help: "1 while the published peer set is frozen (full disruption, or too large a share would leave at once), else 0.",
-	}, []string{"controller"})
-	peerSetChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "rebound_peering_changes_total",
-		Help: "Nodes added to or removed from the published BGP peer set, by kind.",
-	}, []string{"controller", "kind"})
 )
 
 func init() {
 	metrics.Registry.MustRegister(zoneStateGauge, zoneEvictionRate, strandedPodsGauge, strandedDeadlineGauge,
-		waitingForFencingGauge, rescuesTotal, planSeconds,
-		peerSetSize, peerSetNodes, peerSetFrozen, peerSetChanges)
+		waitingForFencingGauge, rescuesTotal, planSeconds, peerSetNodes)
 }
 
 var allZoneStates = []zone.State{zone.Initial, zone.Normal, zone.PartialDisruption, zone.FullDisruption}
@@ -112,10 +101,10 @@ func oldestStrandedDeadlines(pods []rescue.CriticalPod) map[string]time.Time {
 	return out
 }
 
-// observePeering publishes the peer set's gauges. frozen is the planner's
-// verdict that the set must not shrink now.
-func observePeering(name string, res peering.Result, frozen bool) {
-	peerSetSize.WithLabelValues(name).Set(float64(len(res.Peers)))
+// observePeeringNodes publishes how many nodes the peering controller
+// plans for; with rebound_peering_set_size (peering_controller.go) it
+// shows how many are left out of the mesh.
+func observePeeringNodes(name string, res peering.Result) {
 	nodes := 0
 	for _, d := range res.Decisions {
 		if d.Reason != peering.OutDeleted {
@@ -123,9 +112,4 @@ func observePeering(name string, res peering.Result, frozen bool) {
 		}
 	}
 	peerSetNodes.WithLabelValues(name).Set(float64(nodes))
-	v := 0.0
-	if frozen {
-		v = 1
-	}
-	peerSetFrozen.WithLabelValues(name).Set(v)
 }

@@ -33,22 +33,15 @@ func TestOldestStrandedDeadlines(t *testing.T) {
 	}
 }
 
-func TestObservePeering(t *testing.T) {
+func TestObservePeeringNodes(t *testing.T) {
 	res := peering.Result{
-		Peers: []peering.Peer{{Name: "n0"}, {Name: "n1"}},
 		Decisions: []peering.Decision{
 			{Name: "n0", InSet: true}, {Name: "n1", InSet: true}, {Name: "n2", Reason: peering.OutNotReady},
 			{Name: "gone", Reason: peering.OutDeleted},
 		},
 	}
-	observePeering("test", res, true)
-	if v := testutil.ToFloat64(peerSetSize.WithLabelValues("test")); v != 2 {
-		t.Errorf("set size = %v, want 2", v)
-	}
+	observePeeringNodes("test", res)
 	if v := testutil.ToFloat64(peerSetNodes.WithLabelValues("test")); v != 3 {
 		t.Errorf("nodes = %v, want 3 (a deleted node is no candidate)", v)
-	}
-	if v := testutil.ToFloat64(peerSetFrozen.WithLabelValues("test")); v != 1 {
-		t.Errorf("frozen = %v, want 1", v)
 	}
 }
