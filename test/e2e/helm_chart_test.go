@@ -46,10 +46,18 @@ func TestHelmChartInstall(t *testing.T) {
 		"namespace": map[string]any{"create": true},
 		"agent":     map[string]any{"enabled": true},
 		"calico":    map[string]any{"enabled": true},
+		"metrics":   map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var namespaces []*unstructured.Unstructured
+	for _, o := range full {
+		if o.GetKind() == "Namespace" {
+			namespaces = append(namespaces, o)
+		}
+	}
+	applyChart(ctx, t, cl, namespaces, false) // the agent's, so that its objects can be dry-run
 	applyChart(ctx, t, cl, full, true)
 
 	kubeconfig := serviceAccountKubeconfig(ctx, t, c, "rebound-system", "rebound")
@@ -80,7 +88,11 @@ func TestHelmChartInstall(t *testing.T) {
 	if !res.Recovered {
 		t.Fatalf("critical Deployment not available on node-0 within %s of node-3 NotReady; final: %+v", policyTime+45*time.Second, res.Final)
 	}
-	metric(t, "helm_chart_s1_available_after_notready", (res.RecoveredAt - res.PodNodeNotReadyAt).Seconds(), "s")
+	took := res.RecoveredAt - res.PodNodeNotReadyAt
+	metric(t, "helm_chart_s1_available_after_notready", took.Seconds(), "s")
+	if took < policyTime-5*time.Second {
+		t.Errorf("recovered %s after node-3 NotReady: rebound acted before the chart's policy time %s", took, policyTime)
+	}
 	if n := len(podDeletesBy(t, c, "system:serviceaccount:rebound-system:rebound")); n != 1 {
 		t.Errorf("the chart's ServiceAccount deleted %d pods, want exactly 1 (the critical one)", n)
 	}
