@@ -29,7 +29,7 @@ sizes:
 	$(RELEASE) sizes
 
 vet:
-	@test -z "$$(gofmt -l cmd internal pkg test api 2>/dev/null)" || { gofmt -l cmd internal pkg test api; echo "gofmt wants to reformat the files above"; exit 1; }
+	@test -z "$$(gofmt -l cmd internal pkg test api charts deploy 2>/dev/null)" || { gofmt -l cmd internal pkg test api charts deploy; echo "gofmt wants to reformat the files above"; exit 1; }
 	$(GO) vet ./...
 
 # Tests need BIRD (Debian's bird, and bird2 unpacked beside it) and Chromium
@@ -43,7 +43,7 @@ sandbox:
 	$(GO) run ./cmd/rebound sandbox build
 
 unit:
-	$(GO) test -count=1 ./cmd/... ./internal/... ./pkg/...
+	$(GO) test -count=1 ./charts/... ./deploy/... ./cmd/... ./internal/... ./pkg/...
 
 e2e: sandbox
 	$(GO) test -count=1 -timeout 40m -v ./test/e2e
@@ -51,7 +51,7 @@ e2e: sandbox
 # Unit tests, then the e2e tests verbosely: their METRIC lines and
 # scenario timelines are the measurements.
 test: deps vet sandbox
-	$(GO) test -count=1 ./api/... ./cmd/... ./internal/... ./pkg/...
+	$(GO) test -count=1 ./api/... ./charts/... ./deploy/... ./cmd/... ./internal/... ./pkg/...
 	FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh ./api/... ./internal/... ./pkg/...
 	$(GO) test -count=1 -v -timeout 40m ./test/e2e
 

@@ -20,3 +20,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 go run "sigs.k8s.io/controller-tools/cmd/controller-gen@${CONTROLLER_GEN_VERSION}" \
 	object paths=./api/... \
 	crd paths=./api/... output:crd:dir=./deploy/crd
+
+# The Helm chart carries copies (TestHelmChartFilesInSync checks them).
+cp deploy/crd/rebound.dev_*.yaml charts/rebound/crds/
+cp deploy/monitoring/alerts.yaml charts/rebound/files/alerts.yaml

@@ -21,6 +21,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,6 +71,9 @@ func loadDeploy(t *testing.T) (string, []manifest, map[string]kustomization) {
 	var manifests []manifest
 	kustomizations := map[string]kustomization{}
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == "monitoring" {
+			return filepath.SkipDir // Prometheus rule files, tested by TestAlertRules there
+		}
 		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
 			return err
 		}
@@ -170,7 +175,8 @@ func TestDeployManifests(t *testing.T) {
 			if meta.GetNamespace() != want {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, want)
 			}
-		case *appsv1.Deployment, *rbacv1.Role, *rbacv1.RoleBinding:
+		case *corev1.Service, *appsv1.Deployment, *rbacv1.Role, *rbacv1.RoleBinding,
+			*policyv1.PodDisruptionBudget, *networkingv1.NetworkPolicy:
 			if meta.GetNamespace() != systemNamespace {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, systemNamespace)
 			}
@@ -467,15 +473,15 @@ func TestControllerDeployment(t *testing.T) {
 	if c.Image != "rebound:dev" {
 		t.Errorf("image = %q, want rebound:dev", c.Image)
 	}
-	if cmd := strings.Join(append(slices.Clone(c.Command), c.Args...), " "); cmd != "rebound-manager controller --leader-elect" {
-		t.Errorf("command = %q, want rebound-manager controller --leader-elect", cmd)
+	if cmd := strings.Join(append(slices.Clone(c.Command), c.Args...), " "); cmd != "rebound-manager controller --leader-elect --namespace=$(POD_NAMESPACE)" {
+		t.Errorf("command = %q, want rebound-manager controller --leader-elect --namespace=$(POD_NAMESPACE)", cmd)
 	}
 	ports := map[string]int32{}
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	if !reflect.DeepEqual(ports, map[string]int32{"metrics": 8080, "health": 8081}) {
-		t.Errorf("ports = %v, want metrics 8080 and health 8081", ports)
+	if !reflect.DeepEqual(ports, map[string]int32{"metrics": 8443, "health": 8081}) {
+		t.Errorf("ports = %v, want metrics 8443 and health 8081", ports)
 	}
 	for _, pr := range []struct {
 		name  string

@@ -78,6 +78,9 @@ type Stats struct {
 	Generation int64
 	// LastError is the last failure, "" after a success.
 	LastError string
+	// LastSync is when BIRD last had the current set (Reloaded or
+	// Unchanged), for /metrics.
+	LastSync time.Time
 }
 
 // New checks the options and builds an agent.
@@ -256,8 +259,10 @@ func (a *Agent) sync(ctx context.Context) bool {
 	switch outcome {
 	case Reloaded:
 		a.stats.Reloads++
+		a.stats.LastSync = a.clock.Now()
 	case Unchanged:
 		a.stats.Unchanged++
+		a.stats.LastSync = a.clock.Now()
 	case Rejected:
 		a.stats.Rejected++
 	case Unreachable:
@@ -530,11 +535,12 @@ func (a *Agent) Readiness() Readiness {
 	return readiness(a.status, a.clock.Since(a.started), a.opts.ReadyAfter)
 }
 
-// Handler serves /readyz (see readiness; 200 or 503 with the reason) and
+// Handler serves /readyz (see readiness; 200 or 503 with the reason),
 // /healthz (200 while the work loop is alive, 500 when it has not moved
-// for three status intervals and half a minute).
+// for three status intervals and half a minute) and /metrics (metrics.go).
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", a.metricsHandler())
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		r := a.Readiness()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

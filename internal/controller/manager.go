@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"rebound/api/v1alpha1"
@@ -32,7 +33,14 @@ func Scheme() *runtime.Scheme {
 // ManagerOptions are the process-level settings of `rebound controller`.
 type ManagerOptions struct {
 	MetricsAddr string
-	HealthAddr  string
+	// MetricsInsecure serves /metrics over plain HTTP to anyone. By
+	// default it is HTTPS (a self-signed certificate unless MetricsCertDir
+	// holds tls.crt and tls.key) and every scrape must carry a bearer
+	// token that TokenReview accepts and SubjectAccessReview allows to
+	// "get" the non-resource URL /metrics.
+	MetricsInsecure bool
+	MetricsCertDir  string
+	HealthAddr      string
 	// LeaderElect makes one replica of several act; the others wait.
 	LeaderElect             bool
 	LeaderElectionNamespace string
@@ -56,7 +64,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme(),
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Metrics:                       metricsOptions(opts),
 		HealthProbeBindAddress:        opts.HealthAddr,
 		LeaderElection:                opts.LeaderElect,
 		LeaderElectionID:              "rebound-controller",
@@ -83,6 +91,21 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// metricsOptions serves /metrics over HTTPS behind authentication and
+// authorization unless MetricsInsecure: the metrics name nodes, zones and
+// policies, which not every pod of the cluster should read.
+func metricsOptions(opts ManagerOptions) metricsserver.Options {
+	if opts.MetricsInsecure {
+		return metricsserver.Options{BindAddress: opts.MetricsAddr}
+	}
+	return metricsserver.Options{
+		BindAddress:    opts.MetricsAddr,
+		SecureServing:  true,
+		CertDir:        opts.MetricsCertDir,
+		FilterProvider: filters.WithAuthenticationAndAuthorization,
+	}
 }
 
 // trimPod keeps what pkg/rescue reads of a pod: identity, owners, labels,

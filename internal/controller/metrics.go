@@ -1,13 +1,20 @@
 package controller
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"rebound/pkg/peering"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
 )
 
+// The metric names below, and those of peering_controller.go
+// (rebound_peering_set_size, rebound_peering_frozen, ...), are what
+// deploy/monitoring/alerts.yaml and docs/install.md refer to;
+// TestAlertRules checks the alerts on them.
 var (
 	zoneStateGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rebound_zone_state",
@@ -20,6 +27,10 @@ var (
 	strandedPodsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rebound_stranded_pods",
 		Help: "Critical pods on NotReady nodes that upstream eviction will not move within maxUnavailableTime, by policy.",
+	}, []string{"policy"})
+	strandedDeadlineGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_stranded_oldest_deadline_timestamp_seconds",
+		Help: "Earliest policy deadline (NotReady since + maxUnavailableTime, Unix seconds) of the critical pods still stranded and not replaced, by policy; absent when none.",
 	}, []string{"policy"})
 	waitingForFencingGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rebound_waiting_for_fencing_pods",
@@ -38,10 +49,16 @@ var (
 		Help:    "Time to gather a snapshot and plan.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 	})
+
+	peerSetNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_peering_nodes",
+		Help: "Nodes the peering controller plans for (the set's candidates); rebound_peering_set_size below it means nodes are left out of the mesh.",
+	}, []string{"controller"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(zoneStateGauge, zoneEvictionRate, strandedPodsGauge, waitingForFencingGauge, heldPodsGauge, rescuesTotal, planSeconds)
+	metrics.Registry.MustRegister(zoneStateGauge, zoneEvictionRate, strandedPodsGauge, strandedDeadlineGauge,
+		waitingForFencingGauge, heldPodsGauge, rescuesTotal, planSeconds, peerSetNodes)
 }
 
 var allZoneStates = []zone.State{zone.Initial, zone.Normal, zone.PartialDisruption, zone.FullDisruption}
@@ -70,4 +87,36 @@ func observePlan(p rescue.Plan) {
 		heldPodsGauge.WithLabelValues(pr.Name, string(rescue.DecisionNoTarget)).Set(float64(pr.NoTarget))
 		heldPodsGauge.WithLabelValues(pr.Name, string(rescue.DecisionHeld)).Set(float64(pr.Held))
 	}
+	strandedDeadlineGauge.Reset()
+	for policy, d := range oldestStrandedDeadlines(p.Critical) {
+		strandedDeadlineGauge.WithLabelValues(policy).Set(float64(d.Unix()))
+	}
+}
+
+// oldestStrandedDeadlines returns, per policy, the earliest deadline of
+// the pods still stranded: neither replaced nor skipped.
+func oldestStrandedDeadlines(pods []rescue.CriticalPod) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, c := range pods {
+		if !c.Stranded || c.Decision == rescue.DecisionReplaced || c.Decision == rescue.DecisionSkip {
+			continue
+		}
+		if d, ok := out[c.Policy]; !ok || c.Deadline.Before(d) {
+			out[c.Policy] = c.Deadline
+		}
+	}
+	return out
+}
+
+// observePeeringNodes publishes how many nodes the peering controller
+// plans for; with rebound_peering_set_size (peering_controller.go) it
+// shows how many are left out of the mesh.
+func observePeeringNodes(name string, res peering.Result) {
+	nodes := 0
+	for _, d := range res.Decisions {
+		if d.Reason != peering.OutDeleted {
+			nodes++
+		}
+	}
+	peerSetNodes.WithLabelValues(name).Set(float64(nodes))
 }

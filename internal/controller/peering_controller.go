@@ -147,6 +147,7 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 	res := peering.Plan(peering.Input{Nodes: nodes, Reports: rs, State: *r.state, Config: r.opts.Config}, now)
 	r.last = res
 	peerSetSize.WithLabelValues(r.opts.Name).Set(float64(len(res.Peers)))
+	observePeeringNodes(r.opts.Name, res)
 	r.noteFrozen(ctx, log, res)
 
 	stopped, err := readStopSwitch(ctx, r.reader, r.opts.StopSwitch)
@@ -276,18 +277,22 @@ func (r *PeeringReconciler) publishLabels(ctx context.Context, log logr.Logger, 
 // wanted spec. It never touches the BGPConfiguration: switching Calico's
 // own node-to-node mesh off is the operator's step of the migration.
 func (r *PeeringReconciler) publishCalico(ctx context.Context, log logr.Logger) error {
-	want := calico.BGPPeer(*r.opts.Calico)
+	gvk, err := calico.ServedBGPPeerAPI(r.client.RESTMapper())
+	if err != nil {
+		return fmt.Errorf("calico backend: install Calico's CRDs or drop the Calico option: %w", err)
+	}
+	want := calico.BGPPeerAs(gvk, *r.opts.Calico)
 	got := &unstructured.Unstructured{}
-	got.SetGroupVersionKind(calico.BGPPeerGVK)
-	err := r.reader.Get(ctx, client.ObjectKey{Name: want.GetName()}, got)
+	got.SetGroupVersionKind(gvk)
+	err = r.reader.Get(ctx, client.ObjectKey{Name: want.GetName()}, got)
 	switch {
 	case meta.IsNoMatchError(err):
-		return fmt.Errorf("calico backend: the API server does not serve %s: install Calico's CRDs or drop the Calico option: %w", calico.BGPPeerGVK, err)
+		return fmt.Errorf("calico backend: the API server does not serve %s: install Calico's CRDs or drop the Calico option: %w", gvk, err)
 	case apierrors.IsNotFound(err):
 		if err := r.client.Create(ctx, want); err != nil {
 			return fmt.Errorf("calico backend: create BGPPeer %s: %w", want.GetName(), err)
 		}
-		log.Info("Calico BGPPeer created", "name", want.GetName(), "selector", calico.InSetSelector)
+		log.Info("Calico BGPPeer created", "name", want.GetName(), "apiVersion", gvk.GroupVersion().String(), "selector", calico.InSetSelector)
 		return nil
 	case err != nil:
 		return fmt.Errorf("calico backend: read BGPPeer %s: %w", want.GetName(), err)

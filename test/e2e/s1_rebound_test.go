@@ -32,20 +32,8 @@ func TestS1WithReboundCriticalPodAvailableOnSurvivor(t *testing.T) {
 	if err := plain.Create(ctx, c.Client); err != nil {
 		t.Fatal(err)
 	}
-	tl := scenario.NewTimeline(testWriter(t))
 	const policyTime = 30 * time.Second
-	res, err := scenario.RunS1(ctx, c, tl, scenario.S1Options{
-		Workload: scenario.CriticalStandIn("node-3"),
-		Survivor: "node-0",
-		Observe:  policyTime + 45*time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.Recovered {
-		t.Fatalf("critical Deployment not available on node-0 within %s of node-3 NotReady; final: %+v", policyTime+45*time.Second, res.Final)
-	}
-	took := res.RecoveredAt - res.PodNodeNotReadyAt
+	res, took := rescueS1(ctx, t, c, policyTime)
 	metric(t, "s1_with_rebound_available_after_notready", took.Seconds(), "s")
 	if took > policyTime+15*time.Second {
 		t.Errorf("recovered %s after node-3 NotReady, want within maxUnavailableTime %s + 15s", took, policyTime)

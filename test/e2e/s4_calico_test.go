@@ -164,13 +164,20 @@ func setMesh(ctx context.Context, t *testing.T, dyn dynamic.Interface, on bool) 
 // the apiserver serves them.
 func installCalicoCRDs(ctx context.Context, t *testing.T, c *sandbox.Cluster) {
 	t.Helper()
+	installCRDs(ctx, t, c, filepath.Join("testdata", "calico"))
+}
+
+// installCRDs creates the CRDs of a testdata folder and waits until the
+// apiserver serves them.
+func installCRDs(ctx context.Context, t *testing.T, c *sandbox.Cluster, dir string) {
+	t.Helper()
 	cs, err := apiextclient.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := filepath.Glob(filepath.Join("testdata", "calico", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in testdata/calico: %v", err)
+		t.Fatalf("no CRDs in %s: %v", dir, err)
 	}
 	for _, f := range files {
 		data, err := os.ReadFile(f)

@@ -133,7 +133,9 @@ upstream eviction.`,
 	kube = cli.AddKubeFlags(cmd, cli.Omit{})
 	f.Lookup("namespace").Usage = "namespace of the leader-election Lease and the stop switch (default " + DefaultNamespace + ")"
 	logFlags = cli.AddLogFlags(cmd)
-	f.StringVar(&mgrOpts.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables it)")
+	f.StringVar(&mgrOpts.MetricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (0 disables it)")
+	f.BoolVar(&mgrOpts.MetricsInsecure, "metrics-insecure", false, "serve /metrics over plain HTTP without authentication (default: HTTPS; a scrape needs a token allowed to get /metrics, e.g. bound to ClusterRole rebound-metrics-reader)")
+	f.StringVar(&mgrOpts.MetricsCertDir, "metrics-cert-dir", "", "folder with tls.crt and tls.key for /metrics (default: a self-signed certificate made at start)")
 	f.StringVar(&mgrOpts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables them)")
 	f.BoolVar(&mgrOpts.LeaderElect, "leader-elect", false, "elect a leader among replicas, so that only one acts")
 	f.DurationVar(&mgrOpts.SyncPeriod, "sync-period", 10*time.Minute, "how often the caches re-list everything, as a safety net")

@@ -10,7 +10,8 @@
 // restarting in graceful-restart recovery no longer waits for it
 // (docs/peering-calico.md has the migration and the way back).
 //
-// The objects are built as unstructured crd.projectcalico.org/v1 objects,
+// The objects are built as unstructured crd.projectcalico.org/v1 objects
+// (or projectcalico.org/v3 where served: api.go),
 // the API that Calico's CRDs serve: rebound does not vendor Calico's types.
 package calico
 

@@ -1,0 +1,29 @@
+{{/*
+Names are fixed, as in deploy/: ClusterRoles are cluster-wide, so one
+release per cluster. Labels: the kustomize ones, plus Helm's bookkeeping.
+*/}}
+{{- define "rebound.selectorLabels" -}}
+app.kubernetes.io/name: rebound
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+
+{{- define "rebound.labels" -}}
+{{ include "rebound.selectorLabels" .component }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{- end }}
+
+{{- define "rebound.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{- define "rebound.agentNamespace" -}}
+{{ .Values.agent.namespace | default .Release.Namespace }}
+{{- end }}
+
+{{/* The controller runs its peering reconciler for the agent or Calico. */}}
+{{- define "rebound.peering" -}}
+{{- if or .Values.agent.enabled .Values.calico.enabled }}true{{ end }}
+{{- end }}
