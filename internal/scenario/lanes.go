@@ -1,0 +1,113 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"rebound/internal/sandbox"
+)
+
+// The two lanes of a scenario with an upstream baseline.
+const (
+	LaneWithout = "without rebound"
+	LaneWith    = "with rebound"
+)
+
+// Pair is one scenario's two sandboxes, played at the same time: Without
+// runs only upstream's control loops, With also runs rebound. The caller
+// starts rebound on With (a process in the e2e tests, in-process in the
+// demo) before it calls a Run*Pair; everything else is the runner's.
+type Pair struct {
+	Without, With *sandbox.Cluster
+	// WithoutTimeline and WithTimeline record each lane.
+	WithoutTimeline, WithTimeline *Timeline
+}
+
+// both runs f on the two lanes at once and joins their errors, each
+// naming its lane.
+func (p Pair) both(f func(c *sandbox.Cluster, tl *Timeline, rebound bool) error) error {
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, lane := range []struct {
+		c    *sandbox.Cluster
+		tl   *Timeline
+		name string
+	}{{p.Without, p.WithoutTimeline, LaneWithout}, {p.With, p.WithTimeline, LaneWith}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(lane.c, lane.tl, i == 1); err != nil {
+				errs[i] = fmt.Errorf("%s: %w (logs in %s/logs)", lane.name, err, lane.c.Dir)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// S1PairOptions tune S1 on both lanes.
+type S1PairOptions struct {
+	Workload Workload
+	Survivor string
+	// Observe is how long the lane without rebound watches the stranded
+	// pod; ObserveWith bounds the lane with rebound (it ends at recovery).
+	Observe, ObserveWith time.Duration
+}
+
+// S1Pair is S1 without and with rebound.
+type S1Pair struct {
+	Without, With S1Result
+	Comparison    Comparison
+}
+
+// RunS1Pair plays S1 on both lanes at once.
+func RunS1Pair(ctx context.Context, p Pair, opts S1PairOptions) (S1Pair, error) {
+	var out S1Pair
+	err := p.both(func(c *sandbox.Cluster, tl *Timeline, rebound bool) error {
+		o := S1Options{Workload: opts.Workload, Survivor: opts.Survivor, Observe: opts.Observe}
+		res := &out.Without
+		if rebound {
+			o.Observe, res = opts.ObserveWith, &out.With
+		}
+		var err error
+		*res, err = RunS1(ctx, c, tl, o)
+		return err
+	})
+	out.Comparison = Comparison{ID: "s1", Without: out.Without.Recovery, With: out.With.Recovery, Observe: opts.Observe}
+	return out, err
+}
+
+// S3PairOptions tune S3 on both lanes.
+type S3PairOptions struct {
+	Workload Workload
+	// Timeout bounds each lane's wait for the replacement.
+	Timeout time.Duration
+}
+
+// S3Pair is S3 without and with rebound.
+type S3Pair struct {
+	Without, With S3Result
+	Comparison    Comparison
+}
+
+// RunS3Pair plays S3 on both lanes at once. The lane without rebound waits
+// for upstream's NoExecute taint (what moves its pod); the lane with
+// rebound does not, since rebound may act first.
+func RunS3Pair(ctx context.Context, p Pair, opts S3PairOptions) (S3Pair, error) {
+	var out S3Pair
+	err := p.both(func(c *sandbox.Cluster, tl *Timeline, rebound bool) error {
+		o := S3Options{Workload: opts.Workload, Timeout: opts.Timeout, SkipTaintWait: rebound}
+		res := &out.Without
+		if rebound {
+			res = &out.With
+		}
+		var err error
+		*res, err = RunS3(ctx, c, tl, o)
+		return err
+	})
+	out.Comparison = Comparison{ID: "s3", Without: out.Without.Recovery, With: out.With.Recovery}
+	return out, err
+}
