@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"rebound/internal/sandbox"
+	"rebound/pkg/restore"
 )
 
 // The two lanes of a scenario with an upstream baseline.
@@ -109,5 +112,53 @@ func RunS3Pair(ctx context.Context, p Pair, opts S3PairOptions) (S3Pair, error) 
 		return err
 	})
 	out.Comparison = Comparison{ID: "s3", Without: out.Without.Recovery, With: out.With.Recovery}
+	return out, err
+}
+
+// S2PairOptions tune S2 on both lanes.
+type S2PairOptions struct {
+	Survivor string
+	Binaries sandbox.Binaries
+	// Deadline bounds both the wait without rebound and the bring-up;
+	// zero means S2Deadline.
+	Deadline restore.Deadline
+	// Progress, if set, gives each lane's restore and bring-up lines a
+	// writer.
+	Progress func(rebound bool) io.Writer
+	// AfterBackup is S2Options.AfterBackup, for the lane without rebound
+	// only.
+	AfterBackup func(ctx context.Context, c *sandbox.Cluster, backup string) error
+}
+
+// S2Pair is S2 without and with rebound.
+type S2Pair struct {
+	Without, With S2Result
+	Comparison    Comparison
+}
+
+// RunS2Pair plays S2 on both lanes at once: each backs up its own
+// sandbox to <dir>/platform-backup.db and restores it with only the
+// survivor alive; the lane without rebound then waits on the Deployments'
+// status, the lane with rebound runs the bring-up.
+func RunS2Pair(ctx context.Context, p Pair, opts S2PairOptions) (S2Pair, error) {
+	var out S2Pair
+	err := p.both(func(c *sandbox.Cluster, tl *Timeline, rebound bool) error {
+		o := S2Options{Survivor: opts.Survivor, Backup: filepath.Join(c.Dir, "platform-backup.db"), Binaries: opts.Binaries,
+			Deadline: opts.Deadline, Bringup: rebound}
+		if opts.Progress != nil {
+			o.Progress = opts.Progress(rebound)
+		}
+		res := &out.With
+		if !rebound {
+			o.AfterBackup, res = opts.AfterBackup, &out.Without
+		}
+		var err error
+		*res, err = RunS2(ctx, c, tl, o)
+		return err
+	})
+	out.Comparison = Comparison{ID: "s2", Without: out.Without.Recovery, With: out.With.Recovery}
+	if b := out.Without.Bringup; b != nil {
+		out.Comparison.Observe = time.Duration(b.DeadlineSeconds * float64(time.Second))
+	}
 	return out, err
 }

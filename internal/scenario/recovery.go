@@ -95,6 +95,26 @@ func (r *Recovery) measurePods(pods []corev1.Pod) {
 	}
 }
 
+// Slowest sums up several workloads' recoveries: recovered only when all
+// are, then the slowest; otherwise the one unavailable longest. Zero for
+// none.
+func Slowest(rs []Recovery) Recovery {
+	var out Recovery
+	for i, r := range rs {
+		switch {
+		case i == 0:
+			out = r
+		case out.Recovered && !r.Recovered:
+			out = r
+		case out.Recovered && r.Recovered && r.Seconds > out.Seconds:
+			out = r
+		case !out.Recovered && !r.Recovered && r.UnavailableAtLeast > out.UnavailableAtLeast:
+			out = r
+		}
+	}
+	return out
+}
+
 // Comparison is one scenario played without and with rebound in the same
 // run.
 type Comparison struct {
