@@ -86,9 +86,11 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 	s.Policies, err = listPolicies(ctx, c)
 	switch {
 	case apierrors.IsNotFound(err):
-		s.Policies = []*v1alpha1.RecoveryPolicy{DefaultPolicy()}
+		def := DefaultPolicy()
+		s.Policies = []*v1alpha1.RecoveryPolicy{def}
 		x.BuiltInPolicy = true
-		x.Warnings = append(x.Warnings, "the RecoveryPolicy CRD (recoverypolicies.rebound.dev) is not installed: diagnose assumes the built-in default policy (kube-system pods of priority class system-cluster-critical or system-node-critical, maxUnavailableTime 30s)")
+		x.Warnings = append(x.Warnings, fmt.Sprintf("the RecoveryPolicy CRD (recoverypolicies.rebound.dev) is not installed: diagnose assumes the built-in default policy (%s, maxUnavailableTime %s)",
+			def.Spec.Critical.Describe(), def.Spec.EffectiveMaxUnavailableTime()))
 	case err != nil:
 		return s, x, describe(c, "recoverypolicies.rebound.dev", err)
 	}

@@ -157,8 +157,8 @@ coming back, most serious first, each line with its cause first:
 It only gets and lists nodes, pods, namespaces, PVCs, ReplicaSets, Deployments,
 StatefulSets, DaemonSets and RecoveryPolicies: the ClusterRole rebound-diagnose
 (deploy/rbac) is all it needs. Without the RecoveryPolicy CRD it assumes the
-default policy (kube-system pods of priority class system-cluster-critical or
-system-node-critical, 30s) and says so.
+default policy (deploy/policy/default-recoverypolicy.yaml: kube-system pods of
+priority class system-cluster-critical or system-node-critical) and says so.
 
 Set the zone flags to kube-controller-manager's values, or zone states and
 eviction times are wrong (they default to kube-controller-manager's defaults).
