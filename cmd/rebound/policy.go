@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"rebound/pkg/exitcode"
 	"rebound/pkg/policyfile"
 )
 
@@ -94,7 +95,7 @@ Exit code 0 when every file is valid, 1 otherwise.
 				return err
 			}
 			if bad > 0 {
-				return exitError{code: 1, err: fmt.Errorf("%d of %d files invalid", bad, len(files))}
+				return &exitcode.Error{Code: 1, Err: fmt.Errorf("%d of %d files invalid", bad, len(files))}
 			}
 			return nil
 		},
@@ -103,13 +104,3 @@ Exit code 0 when every file is valid, 1 otherwise.
 	cmd.AddCommand(validate)
 	return cmd
 }
-
-// exitError carries a process exit code.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e exitError) Error() string { return e.err.Error() }
-func (e exitError) ExitCode() int { return e.code }
-func (e exitError) Unwrap() error { return e.err }

@@ -18,10 +18,6 @@ const (
 	// DefaultPeeringName names the controller, its Events' reporter and
 	// its log lines.
 	DefaultPeeringName = "peering"
-	// DefaultSessionReportMaxAge is how old an agent's session report may
-	// be and still count: three agent report intervals (a minute each by
-	// default), so one lost write does not drop a live node's report.
-	DefaultSessionReportMaxAge = 3 * time.Minute
 	// DefaultPeeringStateName is the ConfigMap that carries the planner's
 	// state (membership and flap history) across controller restarts.
 	DefaultPeeringStateName = "rebound-peering"
@@ -42,7 +38,7 @@ type PeeringOptions struct {
 	NodeSelector labels.Selector
 	// SessionReportMaxAge drops agents' reports older than this (a dead
 	// node's last report must not keep it in the set); 0 means
-	// DefaultSessionReportMaxAge.
+	// peering.DefaultSessionReportMaxAge.
 	SessionReportMaxAge time.Duration
 	// State is the ConfigMap that carries the planner's state; the zero
 	// value means rebound-system/rebound-peering. Its namespace must exist.
@@ -66,7 +62,7 @@ func (o PeeringOptions) withDefaults() PeeringOptions {
 		o.NodeSelector = labels.Everything()
 	}
 	if o.SessionReportMaxAge == 0 {
-		o.SessionReportMaxAge = DefaultSessionReportMaxAge
+		o.SessionReportMaxAge = peering.DefaultSessionReportMaxAge
 	}
 	if o.State.Name == "" {
 		o.State.Name = DefaultPeeringStateName

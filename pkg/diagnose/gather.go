@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/exitcode"
 	"rebound/pkg/rescue"
 )
 
@@ -212,29 +213,8 @@ func unreachable(err error, timeout time.Duration) string {
 
 // Error is a failure that ends diagnose with an exit code other than 0:
 // the message is one line that says what was wrong and what to do.
-type Error struct {
-	Code int
-	Msg  string
-	Err  error
-}
-
-func (e *Error) Error() string { return e.Msg }
-
-// Unwrap returns the underlying error.
-func (e *Error) Unwrap() error { return e.Err }
-
-// ExitCode is the process exit code (cmd/rebound's exitCoder).
-func (e *Error) ExitCode() int { return e.Code }
+type Error = exitcode.Error
 
 // ExitCodeOf returns the exit code for an error of Run or of the command:
 // 0 for nil, the code of an *Error, ExitCannotRead otherwise (a bad flag).
-func ExitCodeOf(err error) int {
-	if err == nil {
-		return ExitOK
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ExitCannotRead
-}
+func ExitCodeOf(err error) int { return exitcode.Of(err, ExitCannotRead) }

@@ -71,6 +71,12 @@ func (r SessionReport) SameSessions(o SessionReport) bool {
 	return r.Error == o.Error && (r.Sessions == nil) == (o.Sessions == nil) && maps.Equal(r.Sessions, o.Sessions)
 }
 
+// DefaultSessionReportMaxAge is how old an agent's session report may be
+// and still count (for the peering controller and diagnose): three agent
+// report intervals (a minute each by default), so one lost write does not
+// drop a live node's report.
+const DefaultSessionReportMaxAge = 3 * time.Minute
+
 // Fresh reports whether the report is recent enough to trust at now: not
 // older than maxAge and not more than maxAge in the future (clock skew).
 func (r SessionReport) Fresh(now time.Time, maxAge time.Duration) bool {
