@@ -11,9 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"rebound/internal/controller"
+	"rebound/internal/logging"
 	"rebound/pkg/peering/calico"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
@@ -62,11 +62,12 @@ The zone flags must match kube-controller-manager's, or rebound mispredicts
 upstream eviction.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger, err := newLogger(cmd, logFormat, verbosity)
+			handler, err := newLogHandler(cmd, logFormat, verbosity)
 			if err != nil {
 				return err
 			}
-			ctrl.SetLogger(logger)
+			logging.Set(handler)
+			logger := logr.FromSlogHandler(handler)
 			recOpts.ZoneConfig = zc
 			if err := zc.Validate(); err != nil {
 				return err
@@ -160,7 +161,7 @@ func restConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func newLogger(cmd *cobra.Command, format string, verbosity int) (logr.Logger, error) {
+func newLogHandler(cmd *cobra.Command, format string, verbosity int) (slog.Handler, error) {
 	opts := &slog.HandlerOptions{Level: slog.Level(-verbosity)}
 	var h slog.Handler
 	switch format {
@@ -169,7 +170,7 @@ func newLogger(cmd *cobra.Command, format string, verbosity int) (logr.Logger, e
 	case "json":
 		h = slog.NewJSONHandler(cmd.ErrOrStderr(), opts)
 	default:
-		return logr.Logger{}, fmt.Errorf("--log-format %q is not supported: use text or json", format)
+		return nil, fmt.Errorf("--log-format %q is not supported: use text or json", format)
 	}
-	return logr.FromSlogHandler(h), nil
+	return h, nil
 }

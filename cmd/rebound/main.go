@@ -13,9 +13,14 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"rebound/internal/logging"
 )
 
 func main() {
+	// Before anything can log through controller-runtime: otherwise it
+	// prints a stack trace into the user's output (see internal/logging).
+	logging.Install(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()

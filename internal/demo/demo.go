@@ -17,10 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/go-logr/logr"
-	ctrl "sigs.k8s.io/controller-runtime"
-
 	"rebound/internal/controller"
+	"rebound/internal/logging"
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/zone"
@@ -48,6 +46,9 @@ type Options struct {
 	Report string
 	// Scenarios are the ids to play (S1, S2); empty means all.
 	Scenarios []string
+	// InstallDeps installs what a scenario needs and is missing (BIRD for
+	// S4) when running as root, as make test does.
+	InstallDeps bool
 	Build     sandbox.BuildOptions
 }
 
@@ -131,9 +132,25 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if opts.Build.Progress == nil {
+		opts.Build.Progress = opts.Progress
+	}
+	var ids []string
+	for _, sc := range scenarios {
+		ids = append(ids, sc.info.ID)
+	}
+	fmt.Fprintf(opts.Progress, "rebound demo: plays %s, each without and with rebound at the same time (timings: node grace %s, pod tolerations %ds)\n",
+		strings.Join(ids, ", "), timings.NodeMonitorGracePeriod, timings.DefaultTolerationSeconds)
 	var bins sandbox.Binaries
 	for _, sc := range scenarios {
+		if sc.background != nil { // S4: real BIRD
+			ensureBird(ctx, opts)
+		}
+	}
+	for _, sc := range scenarios {
 		if sc.run != nil { // a sandbox scenario
+			fmt.Fprintf(opts.Progress, "Checking the sandbox control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok): "+
+				"built once from their Go modules, about 5 minutes on 2 cores the first time (module downloads first on a fresh machine), then cached\n")
 			if bins, err = sandbox.EnsureBinaries(ctx, opts.Build); err != nil {
 				return err
 			}
@@ -437,7 +454,7 @@ func startController(ctx context.Context, c *sandbox.Cluster) error {
 	if err != nil {
 		return err
 	}
-	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(f, nil)))
+	logging.Set(slog.NewTextHandler(f, nil))
 	mgr, err := controller.NewManager(c.Config, controller.ManagerOptions{MetricsAddr: "0", HealthAddr: "0", SyncPeriod: 10 * time.Minute})
 	if err != nil {
 		return err
