@@ -49,7 +49,7 @@ type Options struct {
 	// InstallDeps installs what a scenario needs and is missing (BIRD for
 	// S4) when running as root, as make test does.
 	InstallDeps bool
-	Build     sandbox.BuildOptions
+	Build       sandbox.BuildOptions
 }
 
 const (
