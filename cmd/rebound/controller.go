@@ -134,7 +134,7 @@ upstream eviction.`,
 	f.Float64Var(&zc.EvictionLimiterQPS, "node-eviction-rate", zc.EvictionLimiterQPS, "kube-controller-manager's --node-eviction-rate")
 	f.Float64Var(&zc.SecondaryEvictionLimiterQPS, "secondary-node-eviction-rate", zc.SecondaryEvictionLimiterQPS, "kube-controller-manager's --secondary-node-eviction-rate")
 	f.BoolVar(&noRecovery, "no-recovery", false, "do not run the recovery controller (for a peering-only deployment)")
-	f.BoolVar(&peeringOn, "peering", false, "run the BGP peering controller: publish the health-aware peer set as the node label peering.rebound.dev/in-set (read by `rebound agent`)")
+	f.BoolVar(&peeringOn, "peering", false, "run the BGP peering controller: publish the health-aware peer set as the node label peering.rebound.dev/in-set, which each rebound agent reads")
 	f.DurationVar(&peeringOpts.Config.PruneGracePeriod, "peering-prune-grace-period", 0, "how long a node must be NotReady, with no Established session, before it leaves the mesh (0: 40s)")
 	f.DurationVar(&peeringOpts.Config.FlapWindow, "peering-flap-window", 0, "how long a removal counts for flap damping (0: 10m)")
 	f.DurationVar(&peeringOpts.Config.MaxPruneGracePeriod, "peering-max-prune-grace-period", 0, "cap of the grace period stretched by flap damping (0: 5m)")
