@@ -82,6 +82,9 @@ upstream eviction.`,
 			if err != nil {
 				return err
 			}
+			if err := controller.Preflight(cmd.Context(), cfg, controller.PreflightOptions{Recovery: !noRecovery, Namespace: preflightNamespace(namespace, mgrOpts.LeaderElect || peeringOn)}); err != nil {
+				return err
+			}
 			mgr, err := controller.NewManager(cfg, mgrOpts)
 			if err != nil {
 				return err
@@ -173,4 +176,14 @@ func newLogHandler(cmd *cobra.Command, format string, verbosity int) (slog.Handl
 		return nil, fmt.Errorf("--log-format %q is not supported: use text or json", format)
 	}
 	return h, nil
+}
+
+// preflightNamespace is the namespace the controller cannot run without:
+// --namespace when it holds the leader-election Lease or the peering
+// state; otherwise none (the stop switch simply cannot exist there).
+func preflightNamespace(namespace string, needed bool) string {
+	if needed {
+		return namespace
+	}
+	return ""
 }
