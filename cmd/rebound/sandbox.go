@@ -32,6 +32,8 @@ kube-controller-manager and kube-scheduler built from their upstream Go modules,
 and kwok playing the kubelets of N fake nodes. No container engine is needed.
 
   rebound sandbox up                 # start 5 nodes, print a kubeconfig
+  rebound sandbox up --nodes 1000 --zones 3 --pods-per-node 20
+                                     # a large one: 1,000 nodes, 20,000 pods
   export KUBECONFIG=...              # as printed; kubectl get nodes works
   rebound sandbox node stop node-3   # node-3's heartbeats stop: it "dies"
   rebound sandbox node start node-3  # it returns
@@ -65,9 +67,11 @@ The first build takes about 5 minutes on 2 cores; afterwards this returns at onc
 
 func newSandboxUpCommand() *cobra.Command {
 	var (
-		dir   string
-		nodes int
-		fast  bool
+		dir         string
+		nodes       int
+		zones       int
+		podsPerNode int
+		fast        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -84,9 +88,21 @@ func newSandboxUpCommand() *cobra.Command {
 				timings = sandbox.FastTimings()
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "Starting sandbox in %s\n", dir)
-			c, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: bins, Nodes: nodes, Timings: timings, Detached: true, Progress: cmd.ErrOrStderr()})
+			opts := sandbox.Options{Dir: dir, Binaries: bins, Nodes: nodes, Zones: zones, Timings: timings, Detached: true, Progress: cmd.ErrOrStderr()}
+			if podsPerNode < 0 {
+				return fmt.Errorf("--pods-per-node must not be negative, got %d", podsPerNode)
+			}
+			if podsPerNode > 0 || nodes >= 100 {
+				opts.ExtraArgs = sandbox.LargeExtraArgs()
+			}
+			c, err := sandbox.Start(ctx, opts)
 			if err != nil {
 				return err
+			}
+			if podsPerNode > 0 {
+				if _, err := c.Populate(ctx, sandbox.Population{PodsPerNode: podsPerNode, CriticalEvery: 10, Progress: cmd.ErrOrStderr()}); err != nil {
+					return fmt.Errorf("%w (the sandbox keeps running; stop it with `rebound sandbox down --dir %s`)", err, c.Dir)
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", c.Kubeconfig)
 			fmt.Fprintf(cmd.ErrOrStderr(), "Sandbox up: %d nodes, apiserver %s, logs in %s.\nStop it with: rebound sandbox down --dir %s\n", len(c.NodeNames), c.APIServerURL, filepath.Join(c.Dir, "logs"), c.Dir)
@@ -94,7 +110,9 @@ func newSandboxUpCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", defaultSandboxDir(), "folder for the sandbox's data, certificates, kubeconfigs and logs")
-	cmd.Flags().IntVar(&nodes, "nodes", 5, "number of fake nodes (node-0 … node-N-1), all in one zone")
+	cmd.Flags().IntVar(&nodes, "nodes", 5, fmt.Sprintf("number of fake nodes (node-0 … node-N-1), 1 to %d", sandbox.MaxNodes))
+	cmd.Flags().IntVar(&zones, "zones", 1, "spread the nodes evenly over this many zones (zone-a, zone-b, …)")
+	cmd.Flags().IntVar(&podsPerNode, "pods-per-node", 0, "also run a workload of about this many pods per node: a DaemonSet and Deployments of 64 replicas, every 10th critical (e.g. --nodes 1000 --zones 3 --pods-per-node 20 for 20,000 pods)")
 	cmd.Flags().BoolVar(&fast, "fast", false, "use the shortened timings of the tests (grace 12s, tolerations 20s) instead of upstream's defaults")
 	return cmd
 }

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -42,11 +41,19 @@ type ManagerOptions struct {
 }
 
 // NewManager builds a manager whose caches hold only what the planners
-// read: managed fields are dropped from every object, and pods and nodes
-// are trimmed further (see trimPod, trimNode), which is what keeps memory
-// flat in clusters of 150,000 pods.
+// read: managed fields are dropped from every object, and every cached
+// kind is trimmed further (see cacheByObject in cache.go), which is what
+// keeps memory flat in clusters of 150,000 pods.
 func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	sync := opts.SyncPeriod
+	if cfg.QPS == 0 {
+		// client-go's default of 5 requests per second would serialise a
+		// rescue of hundreds of pods over minutes; like controller-runtime's
+		// own GetConfig, leave the pacing to the apiserver's priority and
+		// fairness.
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS = -1
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme(),
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
@@ -58,10 +65,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		Cache: cache.Options{
 			SyncPeriod:       &sync,
 			DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}:  {Transform: trimPod},
-				&corev1.Node{}: {Transform: trimNode},
-			},
+			ByObject:         cacheByObject(),
 		},
 	})
 	if err != nil {

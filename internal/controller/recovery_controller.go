@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -80,15 +81,21 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{recoveryKey}
 	})
+	if err := indexPodsByNode(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	// Predicates (cache.go) keep heartbeats and healthy pods' churn from
+	// starting passes.
+	changed := builder.WithPredicates(trimmedChange())
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("recovery").
-		Watches(&v1alpha1.RecoveryPolicy{}, all).
-		Watches(&corev1.Node{}, all).
-		Watches(&corev1.Pod{}, all).
-		Watches(&corev1.Namespace{}, all).
-		Watches(&corev1.PersistentVolumeClaim{}, all).
-		Watches(&appsv1.ReplicaSet{}, all).
-		Watches(&appsv1.Deployment{}, all).
+		Watches(&v1alpha1.RecoveryPolicy{}, all, changed).
+		Watches(&corev1.Node{}, all, builder.WithPredicates(nodePredicate())).
+		Watches(&corev1.Pod{}, all, builder.WithPredicates(podPredicate(cachedNodeNotReady(mgr.GetCache())))).
+		Watches(&corev1.Namespace{}, all, changed).
+		Watches(&corev1.PersistentVolumeClaim{}, all, changed).
+		Watches(&appsv1.ReplicaSet{}, all, changed).
+		Watches(&appsv1.Deployment{}, all, changed).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
 }
@@ -167,45 +174,6 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 		res.RequeueAfter = 2 * time.Second
 	}
 	return res, kerrors.NewAggregate(errs)
-}
-
-// snapshot reads everything PlanFor needs from the caches.
-func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescue.Snapshot, error) {
-	s := rescue.Snapshot{Now: now, ZoneConfig: r.opts.ZoneConfig, Defaults: r.opts.Defaults, Namespaces: map[string]map[string]string{}}
-	r.mu.Lock()
-	s.PreviousZones = r.prevZones
-	r.mu.Unlock()
-
-	var nodes corev1.NodeList
-	var pods corev1.PodList
-	var namespaces corev1.NamespaceList
-	var pvcs corev1.PersistentVolumeClaimList
-	var rss appsv1.ReplicaSetList
-	var deps appsv1.DeploymentList
-	var policies v1alpha1.RecoveryPolicyList
-	for _, l := range []client.ObjectList{&nodes, &pods, &namespaces, &pvcs, &rss, &deps, &policies} {
-		if err := r.client.List(ctx, l); err != nil {
-			return s, fmt.Errorf("list %T: %w", l, err)
-		}
-	}
-	s.Nodes = pointers(nodes.Items)
-	s.Pods = pointers(pods.Items)
-	s.PVCs = pointers(pvcs.Items)
-	s.ReplicaSets = pointers(rss.Items)
-	s.Deployments = pointers(deps.Items)
-	s.Policies = pointers(policies.Items)
-	for i := range namespaces.Items {
-		s.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
-	}
-	return s, nil
-}
-
-func pointers[T any](items []T) []*T {
-	out := make([]*T, len(items))
-	for i := range items {
-		out[i] = &items[i]
-	}
-	return out
 }
 
 func (r *RecoveryReconciler) stopSwitchPulled(ctx context.Context) (bool, error) {

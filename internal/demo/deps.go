@@ -8,8 +8,8 @@ import (
 	"os/exec"
 
 	"rebound/hack"
+	"rebound/internal/birdproc"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdproc"
 )
 
 // ensureBird makes BIRD 1.6 available for S4 the way `make test` does:

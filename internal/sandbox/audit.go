@@ -5,14 +5,17 @@ import (
 	_ "embed"
 	"encoding/json"
 	"os"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // AuditLog is the name of the apiserver's audit log (LogPath(AuditLog)).
 const AuditLog = "audit"
 
-// auditPolicyYAML records, at Metadata level, only the writes a scenario
-// wants to count: pod deletions and changes to workloads. Everything else
-// is left out so the log stays small.
+// auditPolicyYAML records, at Metadata level, only what a scenario wants
+// to count: pod deletions, changes to workloads, and every request of
+// rebound's own identity. Everything else is left out so the log stays
+// small.
 //
 //go:embed audit-policy.yaml
 var auditPolicyYAML []byte
@@ -21,6 +24,10 @@ var auditPolicyYAML []byte
 type AuditEvent struct {
 	Verb  string `json:"verb"`
 	Stage string `json:"stage"`
+	// StageTimestamp is when the request completed (for the
+	// ResponseComplete stage); RequestReceivedTimestamp when it arrived.
+	StageTimestamp           metav1.MicroTime `json:"stageTimestamp"`
+	RequestReceivedTimestamp metav1.MicroTime `json:"requestReceivedTimestamp"`
 	User  struct {
 		Username string `json:"username"`
 	} `json:"user"`

@@ -7,7 +7,6 @@ import (
 
 	"rebound/pkg/kubestatus"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,52 +26,6 @@ const (
 
 // NodeName returns the name of the i-th fake node.
 func NodeName(i int) string { return fmt.Sprintf("node-%d", i) }
-
-func (c *Cluster) createNodes(ctx context.Context, opts Options) error {
-	c.NodeNames = nil
-	for i := 0; i < opts.Nodes; i++ {
-		name := NodeName(i)
-		labels := map[string]string{
-			"kubernetes.io/hostname":        name,
-			"kubernetes.io/os":              "linux",
-			"kubernetes.io/arch":            "amd64",
-			"topology.kubernetes.io/region": opts.Region,
-			"topology.kubernetes.io/zone":   opts.Zone,
-			"type":                          "kwok",
-			HeartbeatLabel:                  heartbeatOn,
-		}
-		if i == 0 {
-			// node-0 plays controller-0 of the seed report: the node that
-			// survives. Like an all-in-one controller it is schedulable.
-			labels["node-role.kubernetes.io/control-plane"] = ""
-		}
-		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:        name,
-				Labels:      labels,
-				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-			},
-			Status: corev1.NodeStatus{
-				// Loopback addresses: nothing ever dials a fake node, and if
-				// something tried, it would stay on this machine.
-				Addresses: []corev1.NodeAddress{
-					{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("127.0.1.%d", i+1)},
-					{Type: corev1.NodeHostName, Address: name},
-				},
-			},
-		}
-		if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("sandbox: create node %s: %w", name, err)
-		}
-		c.NodeNames = append(c.NodeNames, name)
-	}
-	for _, name := range c.NodeNames {
-		if err := c.WaitNodeReady(ctx, name, true, 60*time.Second); err != nil {
-			return fmt.Errorf("%w (see %s)", err, c.LogPath(Kwok))
-		}
-	}
-	return nil
-}
 
 // StopNode makes a node die: its heartbeats stop, and after the node
 // monitor grace period the node lifecycle controller marks it NotReady.

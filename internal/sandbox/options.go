@@ -77,7 +77,13 @@ type Options struct {
 	// Region and Zone label every node (topology.kubernetes.io/*), so that
 	// they all fall in one zone of the node lifecycle controller.
 	Region, Zone string
-	Timings      Timings
+	// Zones spreads the nodes over that many zones (zone-a, zone-b, …)
+	// instead of the one Zone; ZoneSizes, if set, gives each zone's node
+	// count (summing to Nodes), e.g. a small zone that can be driven into
+	// PartialDisruption beside large healthy ones. See zones.go.
+	Zones     int
+	ZoneSizes []int
+	Timings   Timings
 	// Detached processes outlive this process (`rebound sandbox up`);
 	// attached ones die with it (tests, the demo).
 	Detached bool
@@ -115,8 +121,11 @@ func (o *Options) validate() error {
 	if o.Dir == "" {
 		return fmt.Errorf("sandbox: Dir is required")
 	}
-	if o.Nodes < 1 || o.Nodes > 500 {
-		return fmt.Errorf("sandbox: nodes must be between 1 and 500, got %d", o.Nodes)
+	if o.Nodes < 1 || o.Nodes > MaxNodes {
+		return fmt.Errorf("sandbox: nodes must be between 1 and %d, got %d", MaxNodes, o.Nodes)
+	}
+	if err := o.validateZones(); err != nil {
+		return err
 	}
 	if m := o.Binaries.missing(); len(m) > 0 {
 		return fmt.Errorf("sandbox: binaries missing in %q: %v (run `rebound sandbox build`)", o.Binaries.Dir, m)

@@ -22,6 +22,8 @@ type process struct {
 	Bin  string `json:"bin"`
 	PID  int    `json:"pid"`
 	Log  string `json:"log"`
+	// Args are the flags it was started with, for a restart (restart.go).
+	Args []string `json:"args,omitempty"`
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the process has been reaped
@@ -55,7 +57,7 @@ func startProcess(name, bin string, args []string, logPath string, detached bool
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: start %s: %w", name, bin, err)
 	}
-	p := &process{Name: name, Bin: bin, PID: cmd.Process.Pid, Log: logPath, cmd: cmd, exited: make(chan struct{})}
+	p := &process{Name: name, Bin: bin, PID: cmd.Process.Pid, Log: logPath, Args: args, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.exited)

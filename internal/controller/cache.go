@@ -1,0 +1,247 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"rebound/api/v1alpha1"
+	"rebound/pkg/rescue"
+)
+
+// This file keeps the informer caches lean at thousands of nodes and
+// hundreds of thousands of pods: every cached kind is trimmed to what the
+// planners read, pods are indexed by node so that a pass reads only the
+// pods of NotReady nodes, and predicates keep the churn of healthy objects
+// from starting passes.
+
+// podNodeIndex is the field index of cached pods by spec.nodeName.
+const podNodeIndex = "spec.nodeName"
+
+// cacheByObject is the per-kind transform of every kind the controllers
+// cache. A ByObject transform replaces the default one, so each of them
+// drops managed fields too.
+func cacheByObject() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                   {Transform: trimPod},
+		&corev1.Node{}:                  {Transform: trimNode},
+		&appsv1.ReplicaSet{}:            {Transform: trimReplicaSet},
+		&appsv1.Deployment{}:            {Transform: trimDeployment},
+		&corev1.PersistentVolumeClaim{}: {Transform: trimPVC},
+		&corev1.Namespace{}:             {Transform: trimNamespace},
+		&v1alpha1.RecoveryPolicy{}:      {Transform: trimPolicy},
+	}
+}
+
+// indexPodsByNode registers the spec.nodeName index on cached pods.
+func indexPodsByNode(ctx context.Context, idx client.FieldIndexer) error {
+	err := idx.IndexField(ctx, &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("index pods by node: %w", err)
+	}
+	return nil
+}
+
+// leanMeta keeps the identity, owners and labels of an object; annotations
+// are kept only for the keys listed.
+func leanMeta(m metav1.ObjectMeta, annotations ...string) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{
+		Name:              m.Name,
+		Namespace:         m.Namespace,
+		UID:               m.UID,
+		ResourceVersion:   m.ResourceVersion,
+		Generation:        m.Generation,
+		CreationTimestamp: m.CreationTimestamp,
+		DeletionTimestamp: m.DeletionTimestamp,
+		Labels:            m.Labels,
+		OwnerReferences:   m.OwnerReferences,
+	}
+	for _, k := range annotations {
+		if v, ok := m.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	return out
+}
+
+// trimReplicaSet keeps what resolves a pod's owner chain and says whether
+// its replacement is available: owners and replica counts. The pod
+// template, the bulk of a ReplicaSet, is dropped.
+func trimReplicaSet(obj any) (any, error) {
+	rs, ok := obj.(*appsv1.ReplicaSet)
+	if !ok {
+		return obj, nil
+	}
+	return &appsv1.ReplicaSet{
+		TypeMeta:   rs.TypeMeta,
+		ObjectMeta: leanMeta(rs.ObjectMeta),
+		Spec:       appsv1.ReplicaSetSpec{Replicas: rs.Spec.Replicas},
+		Status: appsv1.ReplicaSetStatus{
+			Replicas:           rs.Status.Replicas,
+			ReadyReplicas:      rs.Status.ReadyReplicas,
+			AvailableReplicas:  rs.Status.AvailableReplicas,
+			ObservedGeneration: rs.Status.ObservedGeneration,
+		},
+	}, nil
+}
+
+// trimDeployment keeps replicas and availability, the scale-bounce
+// annotation, and of the pod template only what a policy selects on
+// (labels, priority class): a restore names its policy from them.
+func trimDeployment(obj any) (any, error) {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok {
+		return obj, nil
+	}
+	return &appsv1.Deployment{
+		TypeMeta:   d.TypeMeta,
+		ObjectMeta: leanMeta(d.ObjectMeta, rescue.ScaleBounceAnnotation),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: d.Spec.Replicas,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels},
+				Spec:       corev1.PodSpec{PriorityClassName: d.Spec.Template.Spec.PriorityClassName},
+			},
+		},
+		Status: appsv1.DeploymentStatus{
+			Replicas:           d.Status.Replicas,
+			ReadyReplicas:      d.Status.ReadyReplicas,
+			AvailableReplicas:  d.Status.AvailableReplicas,
+			UpdatedReplicas:    d.Status.UpdatedReplicas,
+			ObservedGeneration: d.Status.ObservedGeneration,
+		},
+	}, nil
+}
+
+// trimPVC keeps the access modes: they decide whether a volume is
+// exclusive.
+func trimPVC(obj any) (any, error) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.PersistentVolumeClaim{
+		TypeMeta:   pvc.TypeMeta,
+		ObjectMeta: leanMeta(pvc.ObjectMeta),
+		Spec:       corev1.PersistentVolumeClaimSpec{AccessModes: pvc.Spec.AccessModes},
+	}, nil
+}
+
+// trimNamespace keeps the labels, for policies' namespace selectors.
+func trimNamespace(obj any) (any, error) {
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Namespace{TypeMeta: ns.TypeMeta, ObjectMeta: leanMeta(ns.ObjectMeta)}, nil
+}
+
+// trimPolicy drops managed fields and annotations (among them a
+// kubectl last-applied copy of the whole spec); spec and status are read,
+// and the status is written back.
+func trimPolicy(obj any) (any, error) {
+	p, ok := obj.(*v1alpha1.RecoveryPolicy)
+	if !ok {
+		return obj, nil
+	}
+	p.ManagedFields = nil
+	p.Annotations = nil
+	return p, nil
+}
+
+// nodeNotReadyFunc tells whether the named node is NotReady in the cache; a node
+// the cache does not know counts as NotReady (when unsure, look).
+type nodeNotReadyFunc func(name string) bool
+
+// cachedNodeNotReady reads the node from the cache without copying it.
+func cachedNodeNotReady(r client.Reader) nodeNotReadyFunc {
+	return func(name string) bool {
+		if name == "" {
+			return false
+		}
+		var n corev1.Node
+		if err := r.Get(context.Background(), types.NamespacedName{Name: name}, &n, client.UnsafeDisableDeepCopy); err != nil {
+			return true
+		}
+		return rescue.NodeNotReady(&n)
+	}
+}
+
+// podPredicate lets through only events of pods the planner reads: pods
+// bound to a NotReady node (before or after the change). Status churn,
+// creations and deletions of pods on Ready nodes start no pass; a node
+// that goes NotReady starts one through its own event.
+func podPredicate(notReady nodeNotReadyFunc) predicate.Predicate {
+	relevant := func(objs ...client.Object) bool {
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok && notReady(p.Spec.NodeName) {
+				return true
+			}
+		}
+		return false
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return relevant(e.Object) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return relevant(e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return relevant(e.ObjectOld, e.ObjectNew) },
+		GenericFunc: func(e event.GenericEvent) bool { return relevant(e.Object) },
+	}
+}
+
+// nodePredicate lets through node updates that can change a plan: the
+// Ready condition (status or transition time), labels (zone, role) and
+// taints. Heartbeat-only status updates pass no further.
+func nodePredicate() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Node)
+		n, ok2 := e.ObjectNew.(*corev1.Node)
+		if !ok1 || !ok2 {
+			return true
+		}
+		oc, nc := readyOf(o), readyOf(n)
+		return oc.Status != nc.Status || !oc.LastTransitionTime.Equal(&nc.LastTransitionTime) ||
+			!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+			!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints)
+	}}
+}
+
+func readyOf(n *corev1.Node) corev1.NodeCondition {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c
+		}
+	}
+	return corev1.NodeCondition{}
+}
+
+// trimmedChange lets an update through only when the trimmed object changed
+// beyond its resourceVersion: the transforms already dropped what no
+// planner reads, so an equal trimmed object cannot change a plan.
+func trimmedChange() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		if e.ObjectOld == nil || e.ObjectNew == nil {
+			return true
+		}
+		o, n := e.ObjectOld.DeepCopyObject().(client.Object), e.ObjectNew.DeepCopyObject().(client.Object)
+		o.SetResourceVersion("")
+		n.SetResourceVersion("")
+		return !equality.Semantic.DeepEqual(o, n)
+	}}
+}

@@ -1,0 +1,71 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"rebound/api/v1alpha1"
+	"rebound/pkg/rescue"
+)
+
+// snapshot reads what PlanFor needs from the caches, read-only: cached
+// objects are shared, not copied (UnsafeDisableDeepCopy), and PlanFor
+// never writes to its input. Of the pods it reads only those bound to
+// NotReady nodes, through the node-name index: PlanFor examines no other,
+// so a pass costs the NotReady nodes' pods, not the cluster's.
+//
+// Policies are the exception: their status is patched from them, so they
+// are deep copies.
+func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescue.Snapshot, error) {
+	s := rescue.Snapshot{Now: now, ZoneConfig: r.opts.ZoneConfig, Defaults: r.opts.Defaults, Namespaces: map[string]map[string]string{}}
+	r.mu.Lock()
+	s.PreviousZones = r.prevZones
+	r.mu.Unlock()
+
+	var nodes corev1.NodeList
+	var namespaces corev1.NamespaceList
+	var pvcs corev1.PersistentVolumeClaimList
+	var rss appsv1.ReplicaSetList
+	var deps appsv1.DeploymentList
+	for _, l := range []client.ObjectList{&nodes, &namespaces, &pvcs, &rss, &deps} {
+		if err := r.client.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
+			return s, fmt.Errorf("list %T: %w", l, err)
+		}
+	}
+	var policies v1alpha1.RecoveryPolicyList
+	if err := r.client.List(ctx, &policies); err != nil {
+		return s, fmt.Errorf("list %T: %w", &policies, err)
+	}
+	s.Nodes = pointers(nodes.Items)
+	for _, n := range s.Nodes {
+		if !rescue.NodeNotReady(n) {
+			continue
+		}
+		var pods corev1.PodList
+		if err := r.client.List(ctx, &pods, client.MatchingFields{podNodeIndex: n.Name}, client.UnsafeDisableDeepCopy); err != nil {
+			return s, fmt.Errorf("list pods of node %s: %w", n.Name, err)
+		}
+		s.Pods = append(s.Pods, pointers(pods.Items)...)
+	}
+	s.PVCs = pointers(pvcs.Items)
+	s.ReplicaSets = pointers(rss.Items)
+	s.Deployments = pointers(deps.Items)
+	s.Policies = pointers(policies.Items)
+	for i := range namespaces.Items {
+		s.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
+	}
+	return s, nil
+}
+
+func pointers[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
