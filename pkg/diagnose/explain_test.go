@@ -103,7 +103,7 @@ func TestExplain(t *testing.T) {
 			upstream:    map[string]string{"kube-system/etcd-standin-0": "at 2026-03-01T12:05:55Z"},
 			workloads:   map[string]Impact{"StatefulSet kube-system/etcd-standin": ImpactBlocking},
 			firstObject: "StatefulSet kube-system/etcd-standin",
-			firstWords:  []string{"StatefulSet pod: waiting for fencing; add the node.kubernetes.io/out-of-service taint once the node is confirmed off"},
+			firstWords:  []string{"StatefulSet pod: waiting for fencing; add the node.kubernetes.io/out-of-service:NoExecute taint once the node is confirmed off"},
 		},
 	}, {
 		name: "S5 fenced: rebound force-deletes",
@@ -165,6 +165,25 @@ func TestExplain(t *testing.T) {
 			firstObject: "Pod kube-system/calico-kube-controllers-5d4f-x0",
 			firstWords:  []string{"Replaced", "rescue complete"},
 			words:       []string{`"workloads": []`},
+		},
+	}, {
+		name: "evicted by kube-controller-manager, replaced: not credited to rebound",
+		world: func() *world {
+			w := s1(at(2 * time.Minute))
+			p := w.s.Pods[0]
+			p.DeletionTimestamp = ptr(metav1.NewTime(at(61 * time.Second)))
+			p.DeletionGracePeriodSeconds = ptr(int64(30))
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager"})
+			w.s.Deployments[0].Status.AvailableReplicas = 1
+			w.s.ReplicaSets[0].Status.AvailableReplicas = 1
+			w.pod("kube-system", "calico-kube-controllers-5d4f-y9", "node-0", true, "ReplicaSet", "calico-kube-controllers-5d4f")
+			return w
+		},
+		want: want{
+			decisions:   map[string]rescue.Decision{"kube-system/calico-kube-controllers-5d4f-x0": rescue.DecisionReplaced},
+			firstObject: "Pod kube-system/calico-kube-controllers-5d4f-x0",
+			firstWords:  []string{"Replaced", "evicted by kube-controller-manager's taint eviction", "nothing for rebound to do"},
+			absent:      []string{"rescue complete"},
 		},
 	}, {
 		name: "DaemonSet pods on NotReady nodes are only information",

@@ -346,7 +346,7 @@ func TestDiagnoseS5(t *testing.T) {
 	}
 	cp := criticalPod(r, "kube-system", "etcd-standin")
 	if cp.Name != "etcd-standin-0" || cp.Node != "node-3" || cp.Decision != "WaitingForFencing" || cp.Workload.Class != "Stateful" ||
-		!strings.Contains(cp.Reason, "StatefulSet pod: waiting for fencing; add the node.kubernetes.io/out-of-service taint once the node is confirmed off") {
+		!strings.Contains(cp.Reason, "StatefulSet pod: waiting for fencing; add the node.kubernetes.io/out-of-service:NoExecute taint once the node is confirmed off") {
 		t.Errorf("critical pod = %+v; want WaitingForFencing with what to do", cp)
 	}
 	w := workloadOf(r, "StatefulSet", "kube-system", "etcd-standin")
