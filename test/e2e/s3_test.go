@@ -1,12 +1,16 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
+	"rebound/pkg/diagnose"
 )
 
 // s3Toleration is the pods' default NoExecute toleration in both lanes of
@@ -65,9 +69,32 @@ func TestS3WithoutAndWithRebound(t *testing.T) {
 		t.Errorf("without rebound the pod was replaced %s after node-3's NotReady transition, want toleration %s to %s + 30s", without, toleration, toleration)
 	}
 	metric(t, "s3_without_rebound_taint_after_notready", (res.Without.TaintedAt - res.Without.NodeNotReadyAt).Seconds(), "s")
+	t.Run("diagnose does not credit rebound with upstream's eviction", func(t *testing.T) {
+		s3DiagnoseWithout(ctx, t, p.Without)
+	})
 	// With: about maxUnavailableTime, not the toleration.
 	with := time.Duration(res.With.Recovery.Seconds * float64(time.Second))
 	if with < s1PolicyTime-2*time.Second || with > s1PolicyTime+15*time.Second {
 		t.Errorf("with rebound the critical pod was replaced %s after node-3's NotReady transition, want about maxUnavailableTime %s (not the %s toleration)", with, s1PolicyTime, toleration)
+	}
+}
+
+// s3DiagnoseWithout runs the built `rebound diagnose -o json`, as a user
+// would, on the lane without rebound: the old pod, evicted by
+// kube-controller-manager and replaced, must be reported as upstream's
+// doing, not as "rescue complete".
+func s3DiagnoseWithout(ctx context.Context, t *testing.T, c *sandbox.Cluster) {
+	r := runCLI(ctx, t, reboundBinary, "diagnose", "--kubeconfig", c.Kubeconfig, "-o", "json")
+	var rep diagnose.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("rebound diagnose -o json (exit %d): %v\n%s\n%s", r.code, err, r.stdout, r.stderr)
+	}
+	cp := criticalPod(rep, "kube-system", "calico-kube-controllers")
+	if cp == nil {
+		t.Fatalf("diagnose lists no critical pod of calico-kube-controllers:\n%s", r.stdout)
+	}
+	t.Logf("diagnose: %s %s: %s", cp.Name, cp.Decision, cp.Reason)
+	if cp.Decision != "Replaced" || !strings.Contains(cp.Reason, "evicted by kube-controller-manager") || strings.Contains(cp.Reason, "rescue complete") {
+		t.Errorf("diagnose says %s: %q; want Replaced, evicted by kube-controller-manager, not a rescue", cp.Decision, cp.Reason)
 	}
 }
