@@ -72,17 +72,6 @@ func newRecoveryForTest(c client.Client, clk *clocktesting.FakeClock) (*Recovery
 		opts: RecoveryOptions{ZoneConfig: zone.DefaultConfig()}}, rec
 }
 
-func drainEvents(rec *events.FakeRecorder) []string {
-	var out []string
-	for {
-		select {
-		case e := <-rec.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
 
 // TestRecoveryReconcileActsOnceAndSurvivesRestart: the first pass deletes
 // the stranded pod (with the pod's UID as precondition), records one Event
@@ -116,7 +105,7 @@ func TestRecoveryReconcileActsOnceAndSurvivesRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		return state{terminating: p.DeletionTimestamp != nil, records: len(pol.Status.LastActions), rescues: pol.Status.RescuesTotal,
-			events: before + len(drainEvents(rec))}
+			events: before + len(peeringDrain(rec))}
 	}
 
 	res, err := r.Reconcile(ctx, recoveryKey)

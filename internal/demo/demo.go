@@ -354,10 +354,7 @@ func runS1(ctx context.Context, env *runEnv) ([]Lane, error) {
 	header(env, "S1: 5 nodes in one zone; a critical Deployment's pod runs on node-3; nodes 1-4 die.",
 		"Without: kube-controller-manager alone. With: the same, plus `rebound controller` with its default policy (30 s).")
 
-	lanes := []*Lane{{Scenario: "S1", Name: laneWithout}, {Scenario: "S1", Name: laneWith, Rebound: true}}
-	p := scenario.Pair{Without: clusters[0], With: clusters[1],
-		WithoutTimeline: scenario.NewTimeline(laneWriter(env, "S1", laneWithout)),
-		WithTimeline:    scenario.NewTimeline(laneWriter(env, "S1", laneWith))}
+	p := newPair(env, "S1", clusters)
 	res, err := scenario.RunS1Pair(ctx, p, scenario.S1PairOptions{
 		Workload:    scenario.CriticalStandIn("node-3"),
 		Survivor:    "node-0",
@@ -367,11 +364,10 @@ func runS1(ctx context.Context, env *runEnv) ([]Lane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("S1 %w", err)
 	}
+	lanes := pairLanes("S1", "node-3 NotReady", p, res.Without.Recovery, res.With.Recovery)
 	for i, r := range []scenario.S1Result{res.Without, res.With} {
-		l, tl := lanes[i], []*scenario.Timeline{p.WithoutTimeline, p.WithTimeline}[i]
-		l.Events = tl.Events()
+		l := &lanes[i]
 		l.S1 = &r
-		l.setMeasured(tl, "node-3 NotReady", r.Recovery)
 		if r.Recovery.Recovered {
 			l.Outcome = fmt.Sprintf("%.1fs (on %s)", l.RecoverySeconds, r.Recovery.PodNode)
 		} else {
@@ -380,7 +376,25 @@ func runS1(ctx context.Context, env *runEnv) ([]Lane, error) {
 		}
 	}
 	env.comparisons = append(env.comparisons, res.Comparison)
-	return []Lane{*lanes[0], *lanes[1]}, nil
+	return lanes, nil
+}
+
+// newPair is a scenario's two sandboxes with a live timeline each.
+func newPair(env *runEnv, id string, clusters []*sandbox.Cluster) scenario.Pair {
+	return scenario.Pair{Without: clusters[0], With: clusters[1],
+		WithoutTimeline: scenario.NewTimeline(laneWriter(env, id, laneWithout)),
+		WithTimeline:    scenario.NewTimeline(laneWriter(env, id, laneWith))}
+}
+
+// pairLanes are the two lanes of a scenario measured from the API's
+// timestamps (label names where the clock starts), with their timelines.
+func pairLanes(id, label string, p scenario.Pair, without, with scenario.Recovery) []Lane {
+	lanes := []Lane{{Scenario: id, Name: laneWithout}, {Scenario: id, Name: laneWith, Rebound: true}}
+	for i, tl := range []*scenario.Timeline{p.WithoutTimeline, p.WithTimeline} {
+		lanes[i].Events = tl.Events()
+		lanes[i].setMeasured(tl, label, []scenario.Recovery{without, with}[i])
+	}
+	return lanes
 }
 
 func printSummary(out io.Writer, r Report) {

@@ -27,19 +27,15 @@ func runS2(ctx context.Context, env *runEnv) ([]Lane, error) {
 		fmt.Sprintf("Without: the restore waits on the Deployments' status. With: `rebound restore bringup`. Deadline %s + %s per node.",
 			deadline.Base, deadline.PerNode))
 
-	lanes := []*Lane{{Scenario: "S2", Name: laneWithout}, {Scenario: "S2", Name: laneWith, Rebound: true}}
-	p := scenario.Pair{Without: clusters[0], With: clusters[1],
-		WithoutTimeline: scenario.NewTimeline(laneWriter(env, "S2", laneWithout)),
-		WithTimeline:    scenario.NewTimeline(laneWriter(env, "S2", laneWith))}
+	p := newPair(env, "S2", clusters)
 	res, err := scenario.RunS2Pair(ctx, p, scenario.S2PairOptions{Survivor: "node-0", Binaries: env.bins, Deadline: deadline})
 	if err != nil {
 		return nil, fmt.Errorf("S2 %w", err)
 	}
+	lanes := pairLanes("S2", "slowest pod's node NotReady", p, res.Without.Recovery, res.With.Recovery)
 	for i, r := range []scenario.S2Result{res.Without, res.With} {
-		l, tl := lanes[i], []*scenario.Timeline{p.WithoutTimeline, p.WithTimeline}[i]
-		l.Events = tl.Events()
+		l := &lanes[i]
 		l.S2 = &r
-		l.setMeasured(tl, "slowest pod's node NotReady", r.Recovery)
 		switch {
 		case r.Recovered:
 			l.Outcome = fmt.Sprintf("%.1fs (%d/%d Deployments on node-0)", l.RecoverySeconds, r.Available, r.Workloads)
@@ -49,5 +45,5 @@ func runS2(ctx context.Context, env *runEnv) ([]Lane, error) {
 		}
 	}
 	env.comparisons = append(env.comparisons, res.Comparison)
-	return []Lane{*lanes[0], *lanes[1]}, nil
+	return lanes, nil
 }

@@ -51,6 +51,21 @@ func (p Pair) both(f func(c *sandbox.Cluster, tl *Timeline, rebound bool) error)
 	return errors.Join(errs...)
 }
 
+// runPair runs one lane function on both lanes at once and returns the
+// two results, without rebound first.
+func runPair[R any](p Pair, lane func(c *sandbox.Cluster, tl *Timeline, rebound bool) (R, error)) (without, with R, err error) {
+	err = p.both(func(c *sandbox.Cluster, tl *Timeline, rebound bool) error {
+		r, err := lane(c, tl, rebound)
+		if rebound {
+			with = r
+		} else {
+			without = r
+		}
+		return err
+	})
+	return without, with, err
+}
+
 // S1PairOptions tune S1 on both lanes.
 type S1PairOptions struct {
 	Workload Workload
@@ -69,15 +84,13 @@ type S1Pair struct {
 // RunS1Pair plays S1 on both lanes at once.
 func RunS1Pair(ctx context.Context, p Pair, opts S1PairOptions) (S1Pair, error) {
 	var out S1Pair
-	err := p.both(func(c *sandbox.Cluster, tl *Timeline, rebound bool) error {
+	var err error
+	out.Without, out.With, err = runPair(p, func(c *sandbox.Cluster, tl *Timeline, rebound bool) (S1Result, error) {
 		o := S1Options{Workload: opts.Workload, Survivor: opts.Survivor, Observe: opts.Observe}
-		res := &out.Without
 		if rebound {
-			o.Observe, res = opts.ObserveWith, &out.With
+			o.Observe = opts.ObserveWith
 		}
-		var err error
-		*res, err = RunS1(ctx, c, tl, o)
-		return err
+		return RunS1(ctx, c, tl, o)
 	})
 	out.Comparison = Comparison{ID: "s1", Without: out.Without.Recovery, With: out.With.Recovery, Observe: opts.Observe}
 	return out, err
@@ -101,15 +114,9 @@ type S3Pair struct {
 // rebound does not, since rebound may act first.
 func RunS3Pair(ctx context.Context, p Pair, opts S3PairOptions) (S3Pair, error) {
 	var out S3Pair
-	err := p.both(func(c *sandbox.Cluster, tl *Timeline, rebound bool) error {
-		o := S3Options{Workload: opts.Workload, Timeout: opts.Timeout, SkipTaintWait: rebound}
-		res := &out.Without
-		if rebound {
-			res = &out.With
-		}
-		var err error
-		*res, err = RunS3(ctx, c, tl, o)
-		return err
+	var err error
+	out.Without, out.With, err = runPair(p, func(c *sandbox.Cluster, tl *Timeline, rebound bool) (S3Result, error) {
+		return RunS3(ctx, c, tl, S3Options{Workload: opts.Workload, Timeout: opts.Timeout, SkipTaintWait: rebound})
 	})
 	out.Comparison = Comparison{ID: "s3", Without: out.Without.Recovery, With: out.With.Recovery}
 	return out, err
@@ -142,19 +149,17 @@ type S2Pair struct {
 // status, the lane with rebound runs the bring-up.
 func RunS2Pair(ctx context.Context, p Pair, opts S2PairOptions) (S2Pair, error) {
 	var out S2Pair
-	err := p.both(func(c *sandbox.Cluster, tl *Timeline, rebound bool) error {
+	var err error
+	out.Without, out.With, err = runPair(p, func(c *sandbox.Cluster, tl *Timeline, rebound bool) (S2Result, error) {
 		o := S2Options{Survivor: opts.Survivor, Backup: filepath.Join(c.Dir, "platform-backup.db"), Binaries: opts.Binaries,
 			Deadline: opts.Deadline, Bringup: rebound}
 		if opts.Progress != nil {
 			o.Progress = opts.Progress(rebound)
 		}
-		res := &out.With
 		if !rebound {
-			o.AfterBackup, res = opts.AfterBackup, &out.Without
+			o.AfterBackup = opts.AfterBackup
 		}
-		var err error
-		*res, err = RunS2(ctx, c, tl, o)
-		return err
+		return RunS2(ctx, c, tl, o)
 	})
 	out.Comparison = Comparison{ID: "s2", Without: out.Without.Recovery, With: out.With.Recovery}
 	if b := out.Without.Bringup; b != nil {
