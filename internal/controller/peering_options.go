@@ -3,7 +3,6 @@ package controller
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,15 +30,17 @@ type PeeringOptions struct {
 	// controllers in one manager need different names.
 	Name string
 	// Config is the planner's: prune grace period, flap damping, the
-	// global opt-out (Disabled).
+	// freeze share, which reports count, the global opt-out (Disabled).
 	Config peering.Config
 	// NodeSelector limits the nodes the controller plans for and labels;
 	// nil means every node. Nodes it does not select are left alone.
 	NodeSelector labels.Selector
-	// SessionReportMaxAge drops agents' reports older than this (a dead
-	// node's last report must not keep it in the set); 0 means
-	// peering.DefaultSessionReportMaxAge.
-	SessionReportMaxAge time.Duration
+	// StopSwitch is the ConfigMap whose existence stops every peering
+	// change (the recovery controller's switch); empty means none.
+	StopSwitch types.NamespacedName
+	// PeerSet is the ConfigMap the set is published in; the zero value
+	// means rebound-system/rebound-peer-set.
+	PeerSet types.NamespacedName
 	// State is the ConfigMap that carries the planner's state; the zero
 	// value means rebound-system/rebound-peering. Its namespace must exist.
 	State types.NamespacedName
@@ -61,14 +62,17 @@ func (o PeeringOptions) withDefaults() PeeringOptions {
 	if o.NodeSelector == nil {
 		o.NodeSelector = labels.Everything()
 	}
-	if o.SessionReportMaxAge == 0 {
-		o.SessionReportMaxAge = peering.DefaultSessionReportMaxAge
-	}
 	if o.State.Name == "" {
 		o.State.Name = DefaultPeeringStateName
 	}
 	if o.State.Namespace == "" {
 		o.State.Namespace = DefaultPeeringNamespace
+	}
+	if o.PeerSet.Name == "" {
+		o.PeerSet.Name = peering.DefaultPeerSetName
+	}
+	if o.PeerSet.Namespace == "" {
+		o.PeerSet.Namespace = o.State.Namespace
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -81,9 +85,6 @@ func (o PeeringOptions) Validate() error {
 	var errs []error
 	if err := o.Config.Validate(); err != nil {
 		errs = append(errs, err)
-	}
-	if o.SessionReportMaxAge < 0 {
-		errs = append(errs, fmt.Errorf("peering: sessionReportMaxAge %v must not be negative", o.SessionReportMaxAge))
 	}
 	if o.Calico != nil {
 		if err := o.Calico.Validate(); err != nil {

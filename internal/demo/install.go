@@ -1,22 +1,18 @@
 package demo
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/deploy"
 	"rebound/internal/controller"
+	"rebound/internal/scenario"
 )
 
 // installRebound server-side applies the RecoveryPolicy CRD and the default
@@ -53,19 +49,5 @@ func installRebound(ctx context.Context, cfg *rest.Config) error {
 }
 
 func apply(ctx context.Context, cl client.Client, manifest []byte) error {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
-		if err := cl.Patch(ctx, &obj, client.Apply, client.FieldOwner("rebound-demo"), client.ForceOwnership); err != nil {
-			return fmt.Errorf("apply %s %s: %w", obj.GetKind(), obj.GetName(), err)
-		}
-	}
+	return scenario.ApplyManifest(ctx, cl, manifest, "rebound-demo")
 }

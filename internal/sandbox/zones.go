@@ -6,14 +6,14 @@ import (
 	"sync"
 	"time"
 
-	"rebound/pkg/kubestatus"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"rebound/pkg/kubestatus"
 )
 
 // MaxNodes is the largest sandbox Start accepts. What a machine really

@@ -27,7 +27,6 @@ import (
 	"rebound/api/v1alpha1"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
-	"rebound/pkg/policyfile"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
 )
@@ -44,17 +43,36 @@ type Extra struct {
 	// Warnings from gathering, reported as they are.
 	Warnings []string
 	// SessionReportMaxAge: agents' reports older than this are stale.
-	// Zero means peering.DefaultSessionReportMaxAge.
+	// Zero means peering.DefaultReportMaxAge.
 	SessionReportMaxAge time.Duration
 	// Peering is the peering planner's configuration (prune grace
 	// period), used to explain why a node is in or out of the peer set.
 	Peering peering.Config
+	// PeeringReports are the agents' PeeringReports that could be read
+	// (Gather warns about the others).
+	PeeringReports []peering.Report
+	// PeerSet is the published set document, nil when there is none.
+	PeerSet *peering.PeerSet
 }
 
 // DefaultPolicy is the policy diagnose assumes when the RecoveryPolicy CRD
-// is not installed: deploy/policy/default-recoverypolicy.yaml, as the
-// apiserver stores it.
-func DefaultPolicy() *v1alpha1.RecoveryPolicy { return policyfile.Default() }
+// is not installed: deploy/policy/default-recoverypolicy.yaml, i.e.
+// kube-system pods of priority class system-cluster-critical or
+// system-node-critical, rescued after 30 s.
+func DefaultPolicy() *v1alpha1.RecoveryPolicy {
+	p := &v1alpha1.RecoveryPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec: v1alpha1.RecoveryPolicySpec{
+			Critical: v1alpha1.CriticalSelector{
+				Namespaces:         []string{metav1.NamespaceSystem},
+				PriorityClassNames: []string{"system-cluster-critical", "system-node-critical"},
+			},
+			MaxUnavailableTime: &metav1.Duration{Duration: 30 * time.Second},
+		},
+	}
+	p.Spec.Default()
+	return p
+}
 
 // everyPodPolicy selects every pod. A second plan under it gives the
 // planner's upstream-eviction answer for pods no real policy selects, so
@@ -109,7 +127,10 @@ func Explain(s rescue.Snapshot, x Extra) Report {
 		s.ZoneConfig = zone.DefaultConfig()
 	}
 	if x.SessionReportMaxAge <= 0 {
-		x.SessionReportMaxAge = peering.DefaultSessionReportMaxAge
+		x.SessionReportMaxAge = peering.DefaultReportMaxAge
+	}
+	if x.Peering.Evidence.ReportMaxAge <= 0 {
+		x.Peering.Evidence.ReportMaxAge = x.SessionReportMaxAge
 	}
 	x.Peering = x.Peering.WithDefaults()
 	defaults := s.Defaults

@@ -231,6 +231,6 @@ Exit codes:
 	f.Float64Var(&zc.SecondaryEvictionLimiterQPS, "secondary-node-eviction-rate", zc.SecondaryEvictionLimiterQPS, "kube-controller-manager's --secondary-node-eviction-rate")
 	f.DurationVar(&opts.Defaults.ReplacementTimeout, "replacement-timeout", rescue.DefaultReplacementTimeout, "the controller's --replacement-timeout: how long a deleted pod may wait for its replacement before a scale bounce")
 	f.DurationVar(&opts.Peering.PruneGracePeriod, "prune-grace-period", peering.DefaultPruneGracePeriod, "the peering controller's prune grace period: how long a node stays in the BGP peer set after it goes NotReady")
-	f.DurationVar(&opts.SessionReportMaxAge, "session-report-max-age", peering.DefaultSessionReportMaxAge, "agents' BGP session reports older than this are stale")
+	f.DurationVar(&opts.SessionReportMaxAge, "session-report-max-age", peering.DefaultReportMaxAge, "agents' BGP session reports older than this are stale")
 	return cmd
 }
