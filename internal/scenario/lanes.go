@@ -150,9 +150,10 @@ type S2Pair struct {
 func RunS2Pair(ctx context.Context, p Pair, opts S2PairOptions) (S2Pair, error) {
 	var out S2Pair
 	var err error
+	var restoring sync.Mutex
 	out.Without, out.With, err = runPair(p, func(c *sandbox.Cluster, tl *Timeline, rebound bool) (S2Result, error) {
 		o := S2Options{Survivor: opts.Survivor, Backup: filepath.Join(c.Dir, "platform-backup.db"), Binaries: opts.Binaries,
-			Deadline: opts.Deadline, Bringup: rebound}
+			Deadline: opts.Deadline, Bringup: rebound, RestoreLock: &restoring}
 		if opts.Progress != nil {
 			o.Progress = opts.Progress(rebound)
 		}

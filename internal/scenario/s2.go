@@ -71,6 +71,11 @@ type S2Options struct {
 	// restore, on the still running cluster: a hook for a test's checks
 	// (e.g. that bad snapshots are refused and change nothing).
 	AfterBackup func(ctx context.Context, c *sandbox.Cluster, backup string) error
+	// RestoreLock, if set, is held while the control plane restarts on
+	// the backup: two lanes restore one after the other, since two
+	// restarts at once can starve a small machine (each lane still counts
+	// from its own timestamps).
+	RestoreLock sync.Locker
 }
 
 // S2Result is what S2 found.
@@ -150,7 +155,14 @@ func RunS2(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S2Options
 	}
 
 	tl.Step("platform restore: the control plane restarts on the backup with only %s alive", opts.Survivor)
-	if err := c.Restore(ctx, sandbox.RestoreOptions{Snapshot: opts.Backup, Alive: []string{opts.Survivor}, Binaries: opts.Binaries, Progress: progress}); err != nil {
+	if opts.RestoreLock != nil {
+		opts.RestoreLock.Lock()
+	}
+	err = c.Restore(ctx, sandbox.RestoreOptions{Snapshot: opts.Backup, Alive: []string{opts.Survivor}, Binaries: opts.Binaries, Progress: progress})
+	if opts.RestoreLock != nil {
+		opts.RestoreLock.Unlock()
+	}
+	if err != nil {
 		return res, fmt.Errorf("restore: %w", err)
 	}
 	res.RestoredAt = tl.Since()

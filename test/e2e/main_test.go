@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"rebound/internal/logging"
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 )
@@ -22,6 +23,9 @@ import (
 var binaries sandbox.Binaries
 
 func TestMain(m *testing.M) {
+	// As cmd/rebound does: the controller-runtime clients of the tests
+	// log through it, not through a stack trace.
+	logging.Install(os.Stderr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	var err error
 	binaries, err = sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Progress: os.Stderr})
