@@ -19,22 +19,29 @@ import (
 )
 
 var (
-	target  atomic.Pointer[slog.Handler]
-	install sync.Once
+	target atomic.Pointer[slog.Handler]
+	hooked sync.Once
 )
 
 // Install makes controller-runtime log through this package's handler;
 // until Set is called, only errors are printed, one line each, to stderr.
-// Safe to call more than once.
+// Safe to call more than once, and after Set (which it then leaves alone).
 func Install(stderr io.Writer) {
-	install.Do(func() {
-		Set(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-		ctrl.SetLogger(logr.FromSlogHandler(&switchHandler{}))
-	})
+	h := slog.Handler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	target.CompareAndSwap(nil, &h)
+	hook()
 }
 
-// Set sends every log from now on to h.
-func Set(h slog.Handler) { target.Store(&h) }
+// Set sends every log from now on to h, and hooks controller-runtime up if
+// Install was not called (a binary that only runs the controller).
+func Set(h slog.Handler) {
+	target.Store(&h)
+	hook()
+}
+
+func hook() {
+	hooked.Do(func() { ctrl.SetLogger(logr.FromSlogHandler(&switchHandler{})) })
+}
 
 // switchHandler forwards to the current target, replaying the attributes
 // and groups it was derived with.
