@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"rebound/pkg/kubestatus"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -57,10 +59,8 @@ func gather(ctx context.Context, client kubernetes.Interface, refs []WorkloadRef
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		s.nodes = append(s.nodes, n)
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				s.heartbeat[n.Name] = c.LastHeartbeatTime.Time
-			}
+		if c := kubestatus.NodeReadyCondition(n); c != nil {
+			s.heartbeat[n.Name] = c.LastHeartbeatTime.Time
 		}
 	}
 	leases, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
