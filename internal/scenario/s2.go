@@ -204,8 +204,11 @@ func RunS2(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S2Options
 	if br.Outcome == restore.OutcomeSucceeded {
 		res.Recovered = true
 		res.RecoveredAt = res.RestoredAt + time.Duration(br.ElapsedSeconds*float64(time.Second))
-		tl.Step("all %d workloads Available on Ready nodes, %.1fs after the restore; the slowest pod Ready %.1fs after its node's NotReady transition",
-			len(ws), br.ElapsedSeconds, res.Recovery.Seconds)
+		moved := ""
+		if len(res.Recoveries) > 0 {
+			moved = fmt.Sprintf("; the slowest replacement Ready %.1fs after its old node's NotReady transition", res.Recovery.Seconds)
+		}
+		tl.Step("all %d workloads Available on Ready nodes, %.1fs after the restore%s", len(ws), br.ElapsedSeconds, moved)
 	} else {
 		tl.Step("%s after %.0fs: %d/%d workloads Available, zone %s", br.Outcome, br.ElapsedSeconds, res.Available, len(ws), res.Zone)
 	}
