@@ -48,6 +48,8 @@ type Extra struct {
 	// Peering is the peering planner's configuration (prune grace
 	// period), used to explain why a node is in or out of the peer set.
 	Peering peering.Config
+	// BGP are the BGP timers of the blackhole budget.
+	BGP BGPSettings
 	// PeeringReports are the agents' PeeringReports that could be read
 	// (Gather warns about the others).
 	PeeringReports []peering.Report
@@ -363,7 +365,9 @@ func criticalImpact(cp *rescue.CriticalPod) Impact {
 	case rescue.DecisionNotYet, rescue.DecisionLeftToUpstream, rescue.DecisionInFlight, rescue.DecisionRateLimited:
 		return ImpactPending
 	default:
-		// Act (not done yet), WaitingForFencing, ReportOnly, Suspended.
+		// Act (not done yet), WaitingForFencing, ReportOnly, Suspended,
+		// NoTarget (nothing can run the replacement), Held (full
+		// disruption or a fenced node that appears alive).
 		return ImpactBlocking
 	}
 }
@@ -410,6 +414,7 @@ func (e *explainer) explainCriticalPods() {
 			UpstreamReason:    cp.UpstreamReason,
 			Stranded:          cp.Stranded,
 			Decision:          string(cp.Decision),
+			NodeAlive:         e.s.BGPAlive[cp.Node],
 			Action:            string(cp.Action),
 			Reason:            cp.Reason,
 		}
@@ -458,7 +463,7 @@ func (e *explainer) explainPolicies() {
 		e.report.Policies = append(e.report.Policies, Policy{
 			Name: p.Name, Source: src, Valid: p.Valid, Error: p.Error, Suspended: p.Suspended, DryRun: p.DryRun,
 			Critical: p.Critical, Stranded: p.Stranded, WaitingForFencing: p.WaitingForFencing,
-			Actions: p.Actions, RateLimited: p.RateLimited,
+			Actions: p.Actions, RateLimited: p.RateLimited, NoTarget: p.NoTarget, Held: p.Held,
 		})
 		if !p.Valid {
 			e.report.Warnings = append(e.report.Warnings, fmt.Sprintf("RecoveryPolicy %s is invalid and selects no pod: %s", p.Name, p.Error))
