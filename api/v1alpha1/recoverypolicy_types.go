@@ -44,17 +44,10 @@ const (
 	Never FencingMode = "Never"
 )
 
-// Defaults, applied by the API server (the +kubebuilder:default markers) and
-// by RecoveryPolicySpec.Default for objects read from files.
-const (
-	DefaultMaxUnavailableTime  = "30s"
-	DefaultMaxActionsPerMinute = int32(10)
-	DefaultMaxConcurrent       = int32(5)
-	DefaultFencingMode         = OutOfServiceTaint
-
-	// MaxMaxUnavailableTime is the largest maxUnavailableTime accepted.
-	MaxMaxUnavailableTime = "1h"
-)
+// MaxMaxUnavailableTime is the largest maxUnavailableTime accepted. The
+// defaults of the optional fields are the +kubebuilder:default markers
+// below, and only those (see defaults.go).
+const MaxMaxUnavailableTime = "1h"
 
 // RecoveryPolicySpec says which workloads are critical and how fast and how
 // far rebound may go to bring them back.

@@ -5,19 +5,17 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 )
 
 // Validation in Go, the same checks as the CRD's OpenAPI schema and CEL
-// rules (recoverypolicy_types.go), for `rebound policy validate FILE` and for
-// the controller, which treats an invalid policy as a terminal error.
+// rules (recoverypolicy_types.go), for the controller, which treats an
+// invalid policy as a terminal error, and for policies built in code (the
+// restore's planning policy). Files are judged by pkg/policyfile, which runs
+// the apiserver's own code on the CRD.
 //
 // The messages of the checks that the API server does with CEL are the CEL
 // messages word for word (crd_test.go checks it); they name the field and
@@ -58,8 +56,7 @@ var (
 	validActions      = []string{string(DeleteAndReplace), string(ScaleBounce)}
 	validFencingModes = []string{string(OutOfServiceTaint), string(Never)}
 
-	defaultMaxUnavailableTime = mustParseDuration(DefaultMaxUnavailableTime)
-	maxMaxUnavailableTime     = mustParseDuration(MaxMaxUnavailableTime)
+	maxMaxUnavailableTime = mustParseDuration(MaxMaxUnavailableTime)
 )
 
 // celMessages lists every CEL message of the CRD, for crd_test.go.
@@ -72,86 +69,6 @@ func celMessages() []string {
 			fmt.Sprintf(fmtSelectorNoValues, p))
 	}
 	return m
-}
-
-// ParseRecoveryPolicy decodes one RecoveryPolicy from YAML or JSON the way
-// the API server reads a request with fieldValidation=Strict (field names
-// are case-sensitive; an unknown or repeated field is an error), defaults
-// it and validates it: what `rebound policy validate FILE` needs. The
-// policy is returned whenever it decodes, with every error found.
-func ParseRecoveryPolicy(data []byte) (*RecoveryPolicy, field.ErrorList) {
-	doc, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, field.ErrorList{documentError("not YAML or JSON: " + err.Error())}
-	}
-	var p RecoveryPolicy
-	strictErrs, err := kjson.UnmarshalStrict(doc, &p)
-	if err != nil {
-		return nil, field.ErrorList{decodeError(doc, err)}
-	}
-	var errs field.ErrorList
-	for _, e := range strictErrs {
-		errs = append(errs, documentError(e.Error()+": remove it or correct its spelling"))
-	}
-	p.Spec.Default()
-	errs = append(errs, p.Validate()...)
-	return &p, errs
-}
-
-func documentError(detail string) *field.Error {
-	return &field.Error{Type: field.ErrorTypeInvalid, Field: "<document>", BadValue: field.OmitValueType{}, Detail: detail}
-}
-
-// decodeError names the field when the decoder does not: metav1.Duration
-// reports only time.ParseDuration's error.
-func decodeError(doc []byte, err error) *field.Error {
-	var raw struct {
-		Spec struct {
-			MaxUnavailableTime any `json:"maxUnavailableTime"`
-		} `json:"spec"`
-	}
-	if kjson.UnmarshalCaseSensitivePreserveInts(doc, &raw) == nil && raw.Spec.MaxUnavailableTime != nil {
-		s, ok := raw.Spec.MaxUnavailableTime.(string)
-		if _, perr := time.ParseDuration(s); !ok || perr != nil {
-			return field.Invalid(specPath.Child("maxUnavailableTime"), raw.Spec.MaxUnavailableTime,
-				"spec.maxUnavailableTime must be a duration such as 30s, 2m or 1m30s (units ns, us, ms, s, m, h)")
-		}
-	}
-	return documentError("not a RecoveryPolicy: " + err.Error())
-}
-
-// Default fills in the fields the API server defaults: maxUnavailableTime
-// 30s, actions DeleteAndReplace then ScaleBounce, fencing OutOfServiceTaint,
-// limits 10 actions a minute and 5 concurrent. As on the API server, only
-// unset fields are filled: a nil list (not an empty one), and, since Go
-// cannot tell an absent number from 0, a zero limit.
-func (s *RecoveryPolicySpec) Default() {
-	if s.MaxUnavailableTime == nil {
-		s.MaxUnavailableTime = &metav1.Duration{Duration: defaultMaxUnavailableTime}
-	}
-	if s.Actions == nil {
-		s.Actions = []RescueAction{DeleteAndReplace, ScaleBounce}
-	}
-	if s.Fencing.Mode == "" {
-		s.Fencing.Mode = DefaultFencingMode
-	}
-	if s.Limits.MaxActionsPerMinute == 0 {
-		s.Limits.MaxActionsPerMinute = DefaultMaxActionsPerMinute
-	}
-	if s.Limits.MaxConcurrent == 0 {
-		s.Limits.MaxConcurrent = DefaultMaxConcurrent
-	}
-}
-
-// EffectiveMaxUnavailableTime is how long a critical pod may sit on a
-// NotReady node: the default 30s when unset, otherwise the value, kept
-// within 0s..1h so that a caller that skipped Validate still gets a sane
-// bound.
-func (s *RecoveryPolicySpec) EffectiveMaxUnavailableTime() time.Duration {
-	if s.MaxUnavailableTime == nil {
-		return defaultMaxUnavailableTime
-	}
-	return min(max(s.MaxUnavailableTime.Duration, 0), maxMaxUnavailableTime)
 }
 
 // Validate returns every way p is invalid, with the field's path and the
@@ -209,9 +126,9 @@ func (s *RecoveryPolicySpec) validate(path *field.Path) field.ErrorList {
 
 	limits := path.Child("limits")
 	errs = append(errs, validateRange(limits.Child("maxActionsPerMinute"), s.Limits.MaxActionsPerMinute,
-		minActionsPerMinute, maxActionsPerMinuteLim, DefaultMaxActionsPerMinute)...)
+		minActionsPerMinute, maxActionsPerMinuteLim, crdDefaults.maxActionsPerMinute)...)
 	errs = append(errs, validateRange(limits.Child("maxConcurrent"), s.Limits.MaxConcurrent,
-		minConcurrent, maxConcurrentLim, DefaultMaxConcurrent)...)
+		minConcurrent, maxConcurrentLim, crdDefaults.maxConcurrent)...)
 	return errs
 }
 
@@ -337,86 +254,4 @@ func mustParseDuration(s string) time.Duration {
 		panic(err)
 	}
 	return d
-}
-
-// Matches reports whether pod is critical under c: it matches every
-// selector that is set. namespaceLabels are the labels of the pod's
-// namespace (nil when unknown: then a namespaceSelector sees no labels).
-// An invalid selector gives an error naming the field; a selector that
-// selects nothing gives an error too, rather than making every pod critical.
-//
-// Matches converts the selectors on every call; a planner that checks many
-// pods should Compile once and call CompiledCriticalSelector.Matches.
-func (c CriticalSelector) Matches(pod *corev1.Pod, namespaceLabels map[string]string) (bool, error) {
-	cs, err := c.Compile()
-	if err != nil {
-		return false, err
-	}
-	return cs.Matches(pod, namespaceLabels), nil
-}
-
-// CompiledCriticalSelector is a CriticalSelector converted once for
-// matching many pods. The zero value matches nothing.
-// +kubebuilder:object:generate=false
-type CompiledCriticalSelector struct {
-	valid              bool
-	namespaces         sets.Set[string]
-	priorityClassNames sets.Set[string]
-	namespaceSelector  labels.Selector
-	podSelector        labels.Selector
-}
-
-// Compile checks c and converts its selectors with
-// metav1.LabelSelectorAsSelector. The error names the field and the fix.
-func (c CriticalSelector) Compile() (*CompiledCriticalSelector, error) {
-	if errs := c.validate(criticalPath); len(errs) > 0 {
-		return nil, errs.ToAggregate()
-	}
-	cs := &CompiledCriticalSelector{valid: true}
-	if len(c.Namespaces) > 0 {
-		cs.namespaces = sets.New(c.Namespaces...)
-	}
-	if len(c.PriorityClassNames) > 0 {
-		cs.priorityClassNames = sets.New(c.PriorityClassNames...)
-	}
-	var err error
-	if cs.namespaceSelector, err = asSelector(namespaceSelectorPath, c.NamespaceSelector); err != nil {
-		return nil, err
-	}
-	if cs.podSelector, err = asSelector(podSelectorPath, c.PodSelector); err != nil {
-		return nil, err
-	}
-	return cs, nil
-}
-
-// asSelector converts an optional selector; nil stays nil (not set).
-func asSelector(path *field.Path, s *metav1.LabelSelector) (labels.Selector, error) {
-	if s == nil {
-		return nil, nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(s)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w: fix the selector", path, err)
-	}
-	return sel, nil
-}
-
-// Matches reports whether pod matches every selector that is set.
-func (cs *CompiledCriticalSelector) Matches(pod *corev1.Pod, namespaceLabels map[string]string) bool {
-	if cs == nil || !cs.valid || pod == nil {
-		return false
-	}
-	if cs.namespaces != nil && !cs.namespaces.Has(pod.Namespace) {
-		return false
-	}
-	if cs.priorityClassNames != nil && !cs.priorityClassNames.Has(pod.Spec.PriorityClassName) {
-		return false
-	}
-	if cs.podSelector != nil && !cs.podSelector.Matches(labels.Set(pod.Labels)) {
-		return false
-	}
-	if cs.namespaceSelector != nil && !cs.namespaceSelector.Matches(labels.Set(namespaceLabels)) {
-		return false
-	}
-	return true
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	kjson "sigs.k8s.io/json"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -138,8 +140,9 @@ suspend: true
 		onlyGo: []string{"spec.limits.maxConcurrent must be between 1 and 100"}},
 }
 
-// goValidate decodes a policy strictly, defaults and validates it, as
-// `rebound policy validate FILE` does.
+// goValidate decodes a policy strictly, defaults and validates it with
+// the Go checks (files are judged by pkg/policyfile with the apiserver's
+// code; the Go checks must agree with it).
 func goValidate(doc string) []string {
 	_, errs := ParseRecoveryPolicy([]byte(doc))
 	return errorStrings(errs)
@@ -505,4 +508,47 @@ func BenchmarkCompiledMatches(b *testing.B) {
 			b.Fatal("no match")
 		}
 	}
+}
+
+// ParseRecoveryPolicy decodes one RecoveryPolicy strictly, defaults it and
+// runs the Go checks, with every error found.
+func ParseRecoveryPolicy(data []byte) (*RecoveryPolicy, field.ErrorList) {
+	doc, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, field.ErrorList{documentError("not YAML or JSON: " + err.Error())}
+	}
+	var p RecoveryPolicy
+	strictErrs, err := kjson.UnmarshalStrict(doc, &p)
+	if err != nil {
+		return nil, field.ErrorList{decodeError(doc, err)}
+	}
+	var errs field.ErrorList
+	for _, e := range strictErrs {
+		errs = append(errs, documentError(e.Error()+": remove it or correct its spelling"))
+	}
+	p.Spec.Default()
+	errs = append(errs, p.Validate()...)
+	return &p, errs
+}
+
+func documentError(detail string) *field.Error {
+	return &field.Error{Type: field.ErrorTypeInvalid, Field: "<document>", BadValue: field.OmitValueType{}, Detail: detail}
+}
+
+// decodeError names the field when the decoder does not: metav1.Duration
+// reports only time.ParseDuration's error.
+func decodeError(doc []byte, err error) *field.Error {
+	var raw struct {
+		Spec struct {
+			MaxUnavailableTime any `json:"maxUnavailableTime"`
+		} `json:"spec"`
+	}
+	if kjson.UnmarshalCaseSensitivePreserveInts(doc, &raw) == nil && raw.Spec.MaxUnavailableTime != nil {
+		s, ok := raw.Spec.MaxUnavailableTime.(string)
+		if _, perr := time.ParseDuration(s); !ok || perr != nil {
+			return field.Invalid(specPath.Child("maxUnavailableTime"), raw.Spec.MaxUnavailableTime,
+				"spec.maxUnavailableTime must be a duration such as 30s, 2m or 1m30s (units ns, us, ms, s, m, h)")
+		}
+	}
+	return documentError("not a RecoveryPolicy: " + err.Error())
 }

@@ -17,9 +17,13 @@ import (
 	"rebound/internal/cli"
 	"rebound/internal/cli/agentcmd"
 	"rebound/internal/cli/controllercmd"
+	"rebound/internal/logging"
 )
 
 func main() {
+	// Before anything can log through controller-runtime: otherwise it
+	// prints a stack trace into the user's output (see internal/logging).
+	logging.Install(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()

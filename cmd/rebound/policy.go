@@ -7,7 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"rebound/api/v1alpha1"
+	"rebound/pkg/exitcode"
+	"rebound/pkg/policyfile"
 )
 
 func newPolicyCommand() *cobra.Command {
@@ -18,22 +19,35 @@ func newPolicyCommand() *cobra.Command {
 	var out outputFlag
 	validate := &cobra.Command{
 		Use:   "validate FILE...",
-		Short: "Check RecoveryPolicy files offline, with the same rules as the apiserver",
-		Long: `Parses each file strictly (unknown fields are errors), applies the defaults and
-runs the checks the CRD's schema and CEL rules run at the API. Exit code 0 when
-every file is valid, 1 otherwise; each problem names its field.
+		Short: "Check RecoveryPolicy files offline and get the apiserver's verdict",
+		Long: `Judges each file with the apiserver's own code (k8s.io/apiextensions-apiserver)
+against the RecoveryPolicy CRD rebound ships (deploy/crd): unknown fields are
+refused as kubectl's strict field validation refuses them, the schema's
+defaults are applied, then its OpenAPI checks and CEL rules run. A file is
+valid exactly when kube-apiserver would accept it. Each problem names its field.
 
-  rebound policy validate deploy/policy/default-recoverypolicy.yaml`,
+Problems the apiserver does not check but rebound controller would refuse at
+run time (label keys and values a selector cannot convert) are printed as
+warnings and also fail the file.
+
+Exit code 0 when every file is valid, 1 otherwise.
+
+  rebound policy validate deploy/policy/default-recoverypolicy.yaml
+  rebound policy validate -o json my-policy.yaml`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, files []string) error {
 			if err := out.validate(); err != nil {
 				return err
 			}
 			type result struct {
-				File   string   `json:"file"`
-				Name   string   `json:"name,omitempty"`
-				Valid  bool     `json:"valid"`
-				Errors []string `json:"errors,omitempty"`
+				File string `json:"file"`
+				Name string `json:"name,omitempty"`
+				// Valid is the verdict; APIServerValid is the
+				// apiserver's alone (true with warnings).
+				Valid          bool     `json:"valid"`
+				APIServerValid bool     `json:"apiserverValid"`
+				Errors         []string `json:"errors,omitempty"`
+				Warnings       []string `json:"warnings,omitempty"`
 			}
 			var results []result
 			bad := 0
@@ -43,15 +57,15 @@ every file is valid, 1 otherwise; each problem names its field.
 				if err != nil {
 					r.Errors = []string{err.Error()}
 				} else {
-					p, errs := v1alpha1.ParseRecoveryPolicy(data)
-					if p != nil {
-						r.Name = p.Name
+					c := policyfile.Check(data)
+					if c.Policy != nil {
+						r.Name = c.Policy.Name
 					}
-					for _, e := range errs {
-						r.Errors = append(r.Errors, e.Error())
-					}
+					r.APIServerValid = c.Valid()
+					r.Errors = policyfile.Messages(c.Errors)
+					r.Warnings = policyfile.Messages(c.Warnings)
 				}
-				r.Valid = len(r.Errors) == 0
+				r.Valid = len(r.Errors) == 0 && len(r.Warnings) == 0
 				if !r.Valid {
 					bad++
 				}
@@ -60,12 +74,18 @@ every file is valid, 1 otherwise; each problem names its field.
 			err := out.print(cmd.OutOrStdout(), results, func() string {
 				var b strings.Builder
 				for _, r := range results {
-					if r.Valid {
+					switch {
+					case r.Valid:
 						fmt.Fprintf(&b, "%s: RecoveryPolicy %q is valid\n", r.File, r.Name)
-						continue
+					case len(r.Errors) > 0:
+						fmt.Fprintf(&b, "%s: invalid: the apiserver would reject it\n", r.File)
+					default:
+						fmt.Fprintf(&b, "%s: invalid: the apiserver would accept it, but rebound controller would refuse it\n", r.File)
 					}
-					fmt.Fprintf(&b, "%s: invalid\n", r.File)
 					for _, e := range r.Errors {
+						fmt.Fprintf(&b, "  - %s\n", e)
+					}
+					for _, e := range r.Warnings {
 						fmt.Fprintf(&b, "  - %s\n", e)
 					}
 				}
@@ -75,7 +95,7 @@ every file is valid, 1 otherwise; each problem names its field.
 				return err
 			}
 			if bad > 0 {
-				return exitError{code: 1, err: fmt.Errorf("%d of %d files invalid", bad, len(files))}
+				return &exitcode.Error{Code: 1, Err: fmt.Errorf("%d of %d files invalid", bad, len(files))}
 			}
 			return nil
 		},
@@ -84,13 +104,3 @@ every file is valid, 1 otherwise; each problem names its field.
 	cmd.AddCommand(validate)
 	return cmd
 }
-
-// exitError carries a process exit code.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e exitError) Error() string { return e.err.Error() }
-func (e exitError) ExitCode() int { return e.code }
-func (e exitError) Unwrap() error { return e.err }

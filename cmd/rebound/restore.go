@@ -262,7 +262,7 @@ Exit codes: 0 restored, 1 other failure, 2 bad snapshot or non-empty target (not
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Snapshot, "snapshot", "", "snapshot file from `rebound backup` or `etcdctl snapshot save` (required)")
+	f.StringVar(&opts.Snapshot, "snapshot", "", "snapshot file, as written by rebound backup or etcdctl snapshot save (required)")
 	f.StringVar(&opts.DataDir, "data-dir", "", "new etcd data dir; must not exist or be empty (required)")
 	f.StringVar(&opts.Name, "name", "default", "etcd member name (etcd's --name)")
 	f.StringVar(&opts.PeerURL, "initial-advertise-peer-urls", "http://localhost:2380", "the member's peer URL (etcd's --initial-advertise-peer-urls)")

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/rescue"
 )
 
@@ -227,10 +228,8 @@ func nodePredicate() predicate.Predicate {
 }
 
 func readyOf(n *corev1.Node) corev1.NodeCondition {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c
-		}
+	if c := kubestatus.NodeReadyCondition(n); c != nil {
+		return *c
 	}
 	return corev1.NodeCondition{}
 }

@@ -17,10 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/go-logr/logr"
-	ctrl "sigs.k8s.io/controller-runtime"
-
 	"rebound/internal/controller"
+	"rebound/internal/logging"
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/zone"
@@ -48,12 +46,15 @@ type Options struct {
 	Report string
 	// Scenarios are the ids to play (S1, S2); empty means all.
 	Scenarios []string
-	Build     sandbox.BuildOptions
+	// InstallDeps installs what a scenario needs and is missing (BIRD for
+	// S4) when running as root, as make test does.
+	InstallDeps bool
+	Build       sandbox.BuildOptions
 }
 
 const (
-	laneWithout = "without rebound"
-	laneWith    = "with rebound"
+	laneWithout = scenario.LaneWithout
+	laneWith    = scenario.LaneWith
 )
 
 // Lane is one run of a scenario: without or with rebound.
@@ -62,11 +63,14 @@ type Lane struct {
 	Name     string `json:"name"`
 	Rebound  bool   `json:"rebound"`
 	// Recovered is true when the scenario's workloads came back within the
-	// observation; RecoverySeconds is then the time to recovery, measured
-	// from FromSeconds (timeline time of what FromLabel names) to
-	// RecoveredAtSeconds. RecoverySeconds is negative when it did not
-	// recover.
+	// observation; RecoverySeconds is then the time to recovery, from
+	// FromSeconds (timeline time of what FromLabel names) to
+	// RecoveredAtSeconds. Measured says both ends are the API's own
+	// timestamps (conditions' lastTransitionTime). Played is false for a
+	// lane that could not run (e.g. no BIRD).
 	Recovered          bool    `json:"recovered"`
+	Measured           bool    `json:"measured"`
+	Played             bool    `json:"played"`
 	FromLabel          string  `json:"fromLabel,omitempty"`
 	FromSeconds        float64 `json:"fromSeconds"`
 	RecoveredAtSeconds float64 `json:"recoveredAtSeconds,omitempty"`
@@ -96,6 +100,9 @@ type Report struct {
 	Observe   float64         `json:"observeSeconds"`
 	Scenarios []ScenarioInfo  `json:"scenarios"`
 	Lanes     []Lane          `json:"lanes"`
+	// Comparisons are the scenarios measured from the API's timestamps,
+	// without and with rebound.
+	Comparisons []scenario.Comparison `json:"comparisons"`
 }
 
 var s1Info = ScenarioInfo{
@@ -103,7 +110,7 @@ var s1Info = ScenarioInfo{
 	Title: "several nodes fail, the zone enters PartialDisruption (seed 000)",
 	Description: "5 nodes in one zone; a critical Deployment's pod runs on node-3; nodes 1-4 die. " +
 		"Without rebound only kube-controller-manager decides; with rebound, `rebound controller` runs too, with its default policy (30 s).",
-	Measure: "from node-3 NotReady to the critical Deployment Available again",
+	Measure: "from node-3's NotReady transition to the replacement pod's Ready transition (the API's lastTransitionTimes)",
 }
 
 // Run plays each scenario twice at the same time: once with only
@@ -125,9 +132,25 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if opts.Build.Progress == nil {
+		opts.Build.Progress = opts.Progress
+	}
+	var ids []string
+	for _, sc := range scenarios {
+		ids = append(ids, sc.info.ID)
+	}
+	fmt.Fprintf(opts.Progress, "rebound demo: plays %s, each without and with rebound at the same time (timings: node grace %s, pod tolerations %ds)\n",
+		strings.Join(ids, ", "), timings.NodeMonitorGracePeriod, timings.DefaultTolerationSeconds)
 	var bins sandbox.Binaries
 	for _, sc := range scenarios {
+		if sc.background != nil { // S4: real BIRD
+			ensureBird(ctx, opts)
+		}
+	}
+	for _, sc := range scenarios {
 		if sc.run != nil { // a sandbox scenario
+			fmt.Fprintf(opts.Progress, "Checking the sandbox control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok): "+
+				"built once from their Go modules, about 5 minutes on 2 cores the first time (module downloads first on a fresh machine), then cached\n")
 			if bins, err = sandbox.EnsureBinaries(ctx, opts.Build); err != nil {
 				return err
 			}
@@ -188,6 +211,7 @@ func Run(ctx context.Context, opts Options) error {
 			report.Lanes = append(report.Lanes, lanes...)
 		}
 	}
+	report.Comparisons = env.comparisons
 	if opts.Report != "" {
 		if err := WriteHTMLFile(opts.Report, report); err != nil {
 			return fmt.Errorf("write the HTML report: %w", err)
@@ -210,6 +234,8 @@ type runEnv struct {
 	bins    sandbox.Binaries
 	dir     string
 	live    io.Writer // nil with -o json
+	// comparisons collects the measured scenarios' comparisons.
+	comparisons []scenario.Comparison
 	// aborted is set when the run ends early: background scenarios then
 	// only clean up, and print nothing more.
 	aborted bool
@@ -328,42 +354,47 @@ func runS1(ctx context.Context, env *runEnv) ([]Lane, error) {
 	header(env, "S1: 5 nodes in one zone; a critical Deployment's pod runs on node-3; nodes 1-4 die.",
 		"Without: kube-controller-manager alone. With: the same, plus `rebound controller` with its default policy (30 s).")
 
-	lanes := []*Lane{{Scenario: "S1", Name: laneWithout}, {Scenario: "S1", Name: laneWith, Rebound: true}}
-	errs := make([]error, len(lanes))
-	var wg sync.WaitGroup
-	for i, l := range lanes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			observe := env.opts.Observe
-			if l.Rebound {
-				observe = 30*time.Second + 60*time.Second // policy time + slack; ends early on recovery
-			}
-			tl := scenario.NewTimeline(laneWriter(env, "S1", l.Name))
-			res, err := scenario.RunS1(ctx, clusters[i], tl, scenario.S1Options{
-				Workload: scenario.CriticalStandIn("node-3"),
-				Survivor: "node-0",
-				Observe:  observe,
-			})
-			errs[i] = err
-			l.Events = tl.Events()
-			l.S1 = &res
-			l.setRecovery("node-3 NotReady", res.PodNodeNotReadyAt, res.RecoveredAt, res.Recovered)
-			if res.Recovered {
-				l.Outcome = fmt.Sprintf("%.1fs (on %s)", l.RecoverySeconds, "node-0")
-			} else {
-				l.Outcome = fmt.Sprintf("never: still %d/%d available after %.0fs, zone %s", res.Final.Available, res.Final.Desired,
-					observe.Seconds(), finalZone(res.Final))
-			}
-		}()
+	p := newPair(env, "S1", clusters)
+	res, err := scenario.RunS1Pair(ctx, p, scenario.S1PairOptions{
+		Workload:    scenario.CriticalStandIn("node-3"),
+		Survivor:    "node-0",
+		Observe:     env.opts.Observe,
+		ObserveWith: 30*time.Second + 60*time.Second, // policy time + slack; ends early on recovery
+	})
+	if err != nil {
+		return nil, fmt.Errorf("S1 %w", err)
 	}
-	wg.Wait()
-	for i := range lanes {
-		if errs[i] != nil {
-			return nil, fmt.Errorf("S1 %s: %w (logs in %s)", lanes[i].Name, errs[i], filepath.Join(clusters[i].Dir, "logs"))
+	lanes := pairLanes("S1", "node-3 NotReady", p, res.Without.Recovery, res.With.Recovery)
+	for i, r := range []scenario.S1Result{res.Without, res.With} {
+		l := &lanes[i]
+		l.S1 = &r
+		if r.Recovery.Recovered {
+			l.Outcome = fmt.Sprintf("%.1fs (on %s)", l.RecoverySeconds, r.Recovery.PodNode)
+		} else {
+			l.Outcome = fmt.Sprintf("never: still %d/%d available %.0fs after node-3 NotReady, zone %s", r.Final.Available, r.Final.Desired,
+				r.Recovery.UnavailableAtLeast, finalZone(r.Final))
 		}
 	}
-	return []Lane{*lanes[0], *lanes[1]}, nil
+	env.comparisons = append(env.comparisons, res.Comparison)
+	return lanes, nil
+}
+
+// newPair is a scenario's two sandboxes with a live timeline each.
+func newPair(env *runEnv, id string, clusters []*sandbox.Cluster) scenario.Pair {
+	return scenario.Pair{Without: clusters[0], With: clusters[1],
+		WithoutTimeline: scenario.NewTimeline(laneWriter(env, id, laneWithout)),
+		WithTimeline:    scenario.NewTimeline(laneWriter(env, id, laneWith))}
+}
+
+// pairLanes are the two lanes of a scenario measured from the API's
+// timestamps (label names where the clock starts), with their timelines.
+func pairLanes(id, label string, p scenario.Pair, without, with scenario.Recovery) []Lane {
+	lanes := []Lane{{Scenario: id, Name: laneWithout}, {Scenario: id, Name: laneWith, Rebound: true}}
+	for i, tl := range []*scenario.Timeline{p.WithoutTimeline, p.WithTimeline} {
+		lanes[i].Events = tl.Events()
+		lanes[i].setMeasured(tl, label, []scenario.Recovery{without, with}[i])
+	}
+	return lanes
 }
 
 func printSummary(out io.Writer, r Report) {
@@ -381,14 +412,26 @@ func printSummary(out io.Writer, r Report) {
 	}
 	w.Flush()
 	// The same figures in the form tools collect (see the design's
-	// conventions); a lane that did not recover reports -1.
+	// conventions): measured values as METRIC lines, settings as CONFIG.
 	fmt.Fprintln(out)
+	for _, c := range r.Comparisons {
+		for _, l := range c.Lines() {
+			fmt.Fprintln(out, l)
+		}
+	}
 	for _, l := range r.Lanes {
+		if l.Measured {
+			continue // in a comparison above
+		}
 		lane := "without_rebound"
 		if l.Name == laneWith {
 			lane = "with_rebound"
 		}
-		fmt.Fprintf(out, "METRIC demo_%s_recovery_%s=%.1f s\n", strings.ToLower(l.Scenario), lane, l.RecoverySeconds)
+		if l.Recovered {
+			fmt.Fprintf(out, "METRIC %s_recovery_%s=%.1f s\n", strings.ToLower(l.Scenario), lane, l.RecoverySeconds)
+		} else if l.Played {
+			fmt.Fprintf(out, "METRIC %s_%s_recovered=0 count\n", strings.ToLower(l.Scenario), lane)
+		}
 	}
 	for _, s := range r.Scenarios {
 		if s.ID == "S1" {
@@ -425,7 +468,7 @@ func startController(ctx context.Context, c *sandbox.Cluster) error {
 	if err != nil {
 		return err
 	}
-	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(f, nil)))
+	logging.Set(slog.NewTextHandler(f, nil))
 	mgr, err := controller.NewManager(c.Config, controller.ManagerOptions{MetricsAddr: "0", HealthAddr: "0", SyncPeriod: 10 * time.Minute})
 	if err != nil {
 		return err
@@ -475,14 +518,25 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 }
 
 // setRecovery records when the lane's clock starts (from, named label) and,
-// if it recovered, when and how long after: the same for every scenario.
+// if it recovered, when and how long after, in timeline time: for the
+// scenarios whose clock is not an API object's condition (S4's routes).
 func (l *Lane) setRecovery(label string, from, at time.Duration, recovered bool) {
 	l.FromLabel = label
 	l.FromSeconds = from.Seconds()
 	l.Recovered = recovered
-	l.RecoverySeconds = -1
+	l.Played = true
 	if recovered {
 		l.RecoveredAtSeconds = at.Seconds()
 		l.RecoverySeconds = (at - from).Seconds()
+	}
+}
+
+// setMeasured records a recovery measured from the API's timestamps,
+// placed on the lane's timeline.
+func (l *Lane) setMeasured(tl *scenario.Timeline, label string, r scenario.Recovery) {
+	l.setRecovery(label, tl.At(r.NotReadySince), tl.At(r.PodReadySince), r.Recovered)
+	l.Measured = true
+	if r.Recovered {
+		l.RecoverySeconds = r.Seconds
 	}
 }

@@ -49,10 +49,15 @@ func TestHeldWriter(t *testing.T) {
 func TestPrintSummary(t *testing.T) {
 	var out bytes.Buffer
 	printSummary(&out, ExampleReport())
-	for _, want := range []string{"SCENARIO", "S1", "never: still 0/1 available", "32.0s (on node-0)", "S4", "42.5s"} {
+	for _, want := range []string{"SCENARIO", "S1", "never: still 0/1 available", "32.0s (on node-0)", "S4", "42.5s",
+		"METRIC s1_without_rebound_recovered=0 count", "METRIC s1_recovery_with_rebound=32.0 s", "METRIC s1_speedup_at_least=2.8 x",
+		"CONFIG s1_without_rebound_observe=90 s", "METRIC s4_recovery_with_rebound=42.5 s"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
+	}
+	if strings.Contains(out.String(), "=-1") {
+		t.Errorf("summary prints a -1 recovery time:\n%s", out.String())
 	}
 }
 

@@ -58,14 +58,17 @@ func ExampleReport() Report {
 			Measure: "from BIRD's restart to its routes programmed",
 		}},
 		Lanes: []Lane{
-			{Scenario: "S1", Name: laneWithout, FromLabel: "node-3 NotReady", FromSeconds: 28, RecoverySeconds: -1,
-				Outcome: "never: still 0/1 available after 90s, zone PartialDisruption", Events: without},
-			{Scenario: "S1", Name: laneWith, Rebound: true, Recovered: true, FromLabel: "node-3 NotReady", FromSeconds: 28,
+			{Scenario: "S1", Name: laneWithout, Played: true, Measured: true, FromLabel: "node-3 NotReady", FromSeconds: 28,
+				Outcome: "never: still 0/1 available 90s after node-3 NotReady, zone PartialDisruption", Events: without},
+			{Scenario: "S1", Name: laneWith, Rebound: true, Played: true, Measured: true, Recovered: true, FromLabel: "node-3 NotReady", FromSeconds: 28,
 				RecoveredAtSeconds: 60, RecoverySeconds: 32, Outcome: "32.0s (on node-0)", Events: with},
-			{Scenario: "S4", Name: laneWithout, FromLabel: "BIRD restart", FromSeconds: 2, RecoverySeconds: -1,
+			{Scenario: "S4", Name: laneWithout, FromLabel: "BIRD restart", FromSeconds: 2,
 				Outcome: "not played in this example", Events: bgp[:6]},
-			{Scenario: "S4", Name: laneWith, Rebound: true, Recovered: true, FromLabel: "BIRD restart", FromSeconds: 2,
+			{Scenario: "S4", Name: laneWith, Rebound: true, Played: true, Recovered: true, FromLabel: "BIRD restart", FromSeconds: 2,
 				RecoveredAtSeconds: 44.5, RecoverySeconds: 42.5, Outcome: "42.5s", Events: bgp},
 		},
+		Comparisons: []scenario.Comparison{{ID: "s1", Observe: 90 * time.Second,
+			Without: scenario.Recovery{Node: "node-3", UnavailableAtLeast: 90},
+			With:    scenario.Recovery{Node: "node-3", Recovered: true, PodNode: "node-0", Seconds: 32}}},
 	}
 }

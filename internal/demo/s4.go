@@ -36,8 +36,8 @@ func startS4(ctx context.Context, env *runEnv) (wait func() ([]Lane, error)) {
 		note := fmt.Sprintf("not played: %v (%s)", err, birdproc.InstallHint)
 		fmt.Fprintf(env.opts.Progress, "S4: %s\n", note)
 		lanes := []Lane{
-			{Scenario: "S4", Name: laneWithout, RecoverySeconds: -1, Outcome: note},
-			{Scenario: "S4", Name: laneWith, Rebound: true, RecoverySeconds: -1, Outcome: note},
+			{Scenario: "S4", Name: laneWithout, Outcome: note},
+			{Scenario: "S4", Name: laneWith, Rebound: true, Outcome: note},
 		}
 		return func() ([]Lane, error) { return lanes, nil }
 	}

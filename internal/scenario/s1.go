@@ -44,6 +44,9 @@ type S1Result struct {
 	// PodNodeTainted is true when the pod's node got a NoExecute taint,
 	// i.e. upstream started evicting it.
 	PodNodeTainted bool `json:"podNodeTainted"`
+	// Recovery is the time to recovery from the API's timestamps: from
+	// the pod's node's Ready lastTransitionTime to the replacement pod's.
+	Recovery Recovery `json:"recovery"`
 }
 
 // RunS1 plays S1 on a running sandbox. The sandbox must have the workload's
@@ -115,8 +118,15 @@ func RunS1(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S1Options
 	}
 	res.Final = obs.Snapshot()
 	res.PodNodeTainted = res.Final.Nodes[w.PreferNode].NoExecute
+	if res.Recovery, err = MeasureRecovery(ctx, c.Client, w, w.PreferNode, time.Now()); err != nil {
+		return res, err
+	}
+	if res.Recovered && !res.Recovery.Recovered {
+		return res, fmt.Errorf("S1: %s seen available on %s, but no replacement pod Ready after %s's NotReady transition", w, opts.Survivor, w.PreferNode)
+	}
 	if res.Recovered {
-		tl.Step("%s available again on %s, %.1fs after %s went NotReady", w, opts.Survivor, (res.RecoveredAt - res.PodNodeNotReadyAt).Seconds(), w.PreferNode)
+		tl.Step("%s available again on %s: pod %s Ready %.1fs after %s's NotReady transition (lastTransitionTimes)",
+			w, opts.Survivor, res.Recovery.Pod, res.Recovery.Seconds, w.PreferNode)
 	} else {
 		tl.Step("after %s: %s still %d/%d available, pod still bound to %v, zone %s",
 			opts.Observe, w, res.Final.Available, res.Final.Desired, res.Final.PodNodes(), res.Final.Zones[zoneName])

@@ -67,6 +67,15 @@ type S2Options struct {
 	// Progress gets the restore's and the bring-up's own lines; nil
 	// discards them.
 	Progress io.Writer
+	// AfterBackup, if set, runs once the backup is written and before the
+	// restore, on the still running cluster: a hook for a test's checks
+	// (e.g. that bad snapshots are refused and change nothing).
+	AfterBackup func(ctx context.Context, c *sandbox.Cluster, backup string) error
+	// RestoreLock, if set, is held while the control plane restarts on
+	// the backup: two lanes restore one after the other, since two
+	// restarts at once can starve a small machine (each lane still counts
+	// from its own timestamps).
+	RestoreLock sync.Locker
 }
 
 // S2Result is what S2 found.
@@ -86,17 +95,22 @@ type S2Result struct {
 	Zone string `json:"zone"`
 	// Bringup is the wait's (or bring-up's) own result.
 	Bringup *restore.Result `json:"bringup"`
+	// Backup is the backup's metadata.
+	Backup *restore.Metadata `json:"backup"`
+	// Recoveries are each workload's recovery from its node's NotReady
+	// transition, read from the API's timestamps (workloads that were on
+	// the survivor have none); Recovery is the slowest of them.
+	Recoveries []Recovery `json:"recoveries"`
+	Recovery   Recovery   `json:"recovery"`
 }
 
-// RunS2 plays S2 on a running sandbox of at least 5 nodes: deploy the
+// RunS2 plays S2 on a running sandbox (5 nodes for the seed's
+// PartialDisruption; with one node nothing has to move): deploy the
 // essential workloads on nodes other than the survivor, back up etcd,
 // restore the backup with only the survivor alive, then wait (or bring up
 // with rebound). c describes the restored sandbox afterwards.
 func RunS2(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S2Options) (S2Result, error) {
 	var res S2Result
-	if len(c.NodeNames) < 5 {
-		return res, fmt.Errorf("S2 needs at least 5 nodes, the sandbox has %d", len(c.NodeNames))
-	}
 	if !slices.Contains(c.NodeNames, opts.Survivor) {
 		return res, fmt.Errorf("S2: no node %q in the sandbox (nodes are %v)", opts.Survivor, c.NodeNames)
 	}
@@ -120,27 +134,13 @@ func RunS2(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S2Options
 
 	// Before the backup: the workloads available on their nodes.
 	before, stop := watchS2(ctx, c, tl, ws)
-	for _, w := range ws {
-		tl.Step("create Deployment %s, preferring %s", w, w.PreferNode)
-		if err := w.Create(ctx, c.Client); err != nil {
-			stop()
-			return res, err
-		}
-	}
-	_, err := before.WaitFor(ctx, 2*time.Minute, "workloads available on their nodes", func(s s2Snapshot) bool {
-		for _, w := range ws {
-			if !s.workloadOn(w) {
-				return false
-			}
-		}
-		return true
-	})
-	if err != nil {
+	if err := deployAll(ctx, c, tl, before, ws); err != nil {
 		stop()
 		return res, err
 	}
+	var err error
 	tl.Step("etcd backup (snapshot through the client API, with the essential workloads' metadata)")
-	if _, err := restore.Backup(ctx, restore.BackupOptions{
+	if res.Backup, err = restore.Backup(ctx, restore.BackupOptions{
 		Etcd: etcdsnapshot.ClientOptions{Endpoint: c.EtcdURL}, Out: opts.Backup, Client: c.Client,
 		Selection: restore.Selection{Workloads: refs},
 	}); err != nil {
@@ -148,9 +148,21 @@ func RunS2(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S2Options
 		return res, fmt.Errorf("backup: %w", err)
 	}
 	stop() // the observer must not read c while Restore replaces it
+	if opts.AfterBackup != nil {
+		if err := opts.AfterBackup(ctx, c, opts.Backup); err != nil {
+			return res, err
+		}
+	}
 
 	tl.Step("platform restore: the control plane restarts on the backup with only %s alive", opts.Survivor)
-	if err := c.Restore(ctx, sandbox.RestoreOptions{Snapshot: opts.Backup, Alive: []string{opts.Survivor}, Binaries: opts.Binaries, Progress: progress}); err != nil {
+	if opts.RestoreLock != nil {
+		opts.RestoreLock.Lock()
+	}
+	err = c.Restore(ctx, sandbox.RestoreOptions{Snapshot: opts.Backup, Alive: []string{opts.Survivor}, Binaries: opts.Binaries, Progress: progress})
+	if opts.RestoreLock != nil {
+		opts.RestoreLock.Unlock()
+	}
+	if err != nil {
 		return res, fmt.Errorf("restore: %w", err)
 	}
 	res.RestoredAt = tl.Since()
@@ -178,14 +190,56 @@ func RunS2(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S2Options
 			res.Available++
 		}
 	}
+	for _, w := range ws {
+		if w.PreferNode == opts.Survivor {
+			continue
+		}
+		r, err := MeasureRecovery(ctx, c.Client, w, w.PreferNode, time.Now())
+		if err != nil {
+			return res, err
+		}
+		res.Recoveries = append(res.Recoveries, r)
+	}
+	res.Recovery = Slowest(res.Recoveries)
 	if br.Outcome == restore.OutcomeSucceeded {
 		res.Recovered = true
 		res.RecoveredAt = res.RestoredAt + time.Duration(br.ElapsedSeconds*float64(time.Second))
-		tl.Step("all %d workloads Available on Ready nodes, %.1fs after the restore", len(ws), br.ElapsedSeconds)
+		moved := ""
+		if len(res.Recoveries) > 0 {
+			moved = fmt.Sprintf("; the slowest replacement Ready %.1fs after its old node's NotReady transition", res.Recovery.Seconds)
+		}
+		tl.Step("all %d workloads Available on Ready nodes, %.1fs after the restore%s", len(ws), br.ElapsedSeconds, moved)
 	} else {
 		tl.Step("%s after %.0fs: %d/%d workloads Available, zone %s", br.Outcome, br.ElapsedSeconds, res.Available, len(ws), res.Zone)
 	}
 	return res, nil
+}
+
+// DeployOnPreferredNodes creates the Deployments and waits until each is
+// available with its pod on the node it prefers: S2's starting point, for
+// tests that drive the CLIs on the same setup.
+func DeployOnPreferredNodes(ctx context.Context, c *sandbox.Cluster, tl *Timeline, ws []Workload) error {
+	w, stop := watchS2(ctx, c, tl, ws)
+	defer stop()
+	return deployAll(ctx, c, tl, w, ws)
+}
+
+func deployAll(ctx context.Context, c *sandbox.Cluster, tl *Timeline, watch *s2Watch, ws []Workload) error {
+	for _, w := range ws {
+		tl.Step("create Deployment %s, preferring %s", w, w.PreferNode)
+		if err := w.Create(ctx, c.Client); err != nil {
+			return err
+		}
+	}
+	_, err := watch.WaitFor(ctx, 2*time.Minute, "workloads available on their nodes", func(s s2Snapshot) bool {
+		for _, w := range ws {
+			if !s.workloadOn(w) {
+				return false
+			}
+		}
+		return true
+	})
+	return err
 }
 
 // s2Watch observes nodes and zones (through an Observer without a

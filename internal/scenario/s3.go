@@ -28,6 +28,8 @@ type S3Result struct {
 	RecoveredAt    time.Duration `json:"recoveredAt"`
 	RecoveredOn    string        `json:"recoveredOn"`
 	Final          Snapshot      `json:"final"`
+	// Recovery is the time to recovery from the API's timestamps.
+	Recovery Recovery `json:"recovery"`
 }
 
 // RunS3 plays S3 on a running sandbox.
@@ -74,9 +76,16 @@ func RunS3(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S3Options
 			res.RecoveredOn = n
 		}
 	}
-	tl.Step("%s available again on %s, %.1fs after %s went NotReady", w, res.RecoveredOn, (res.RecoveredAt - res.NodeNotReadyAt).Seconds(), w.PreferNode)
 	if res.RecoveredOn == "" {
 		return res, fmt.Errorf("S3: no replacement node found in %v", res.Final.PodNodes())
 	}
+	if res.Recovery, err = MeasureRecovery(ctx, c.Client, w, w.PreferNode, time.Now()); err != nil {
+		return res, err
+	}
+	if !res.Recovery.Recovered {
+		return res, fmt.Errorf("S3: %s seen available on %s, but no replacement pod Ready after %s's NotReady transition", w, res.RecoveredOn, w.PreferNode)
+	}
+	tl.Step("%s available again on %s: pod %s Ready %.1fs after %s's NotReady transition (lastTransitionTimes)",
+		w, res.RecoveredOn, res.Recovery.Pod, res.Recovery.Seconds, w.PreferNode)
 	return res, nil
 }

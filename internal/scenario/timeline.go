@@ -75,3 +75,7 @@ func (t *Timeline) Events() []Event {
 	defer t.mu.Unlock()
 	return append([]Event(nil), t.events...)
 }
+
+// At returns the timeline time of a wall-clock time, e.g. an API
+// timestamp.
+func (t *Timeline) At(wall time.Time) time.Duration { return wall.Sub(t.start) }

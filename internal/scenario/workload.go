@@ -65,14 +65,7 @@ func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error
 		},
 	}
 	if w.PreferNode != "" {
-		d.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
-				Weight: 100,
-				Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
-					Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{w.PreferNode},
-				}}},
-			}},
-		}}
+		d.Spec.Template.Spec.Affinity = preferNode(w.PreferNode)
 	}
 	if len(w.AllowedNodes) > 0 {
 		if d.Spec.Template.Spec.Affinity == nil {
@@ -89,6 +82,19 @@ func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error
 		return fmt.Errorf("create Deployment %s: %w", w, err)
 	}
 	return nil
+}
+
+// preferNode is an affinity that prefers, not requires, node, so that a
+// replacement can go elsewhere.
+func preferNode(node string) *corev1.Affinity {
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight: 100,
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+			}}},
+		}},
+	}}
 }
 
 // deployOnPreferredNode creates the workload and waits until it is

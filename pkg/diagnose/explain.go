@@ -31,11 +31,6 @@ import (
 	"rebound/pkg/zone"
 )
 
-// DefaultSessionReportMaxAge is how old an agent's BGP session report may
-// be and still count, as the peering controller's default
-// (peering.DefaultReportMaxAge): three agent report intervals.
-const DefaultSessionReportMaxAge = peering.DefaultReportMaxAge
-
 // Extra is what Explain reads besides the controller's snapshot.
 type Extra struct {
 	// StatefulSets and DaemonSets, for the workloads that are not
@@ -48,7 +43,7 @@ type Extra struct {
 	// Warnings from gathering, reported as they are.
 	Warnings []string
 	// SessionReportMaxAge: agents' reports older than this are stale.
-	// Zero means DefaultSessionReportMaxAge.
+	// Zero means peering.DefaultReportMaxAge.
 	SessionReportMaxAge time.Duration
 	// Peering is the peering planner's configuration (prune grace
 	// period), used to explain why a node is in or out of the peer set.
@@ -134,7 +129,7 @@ func Explain(s rescue.Snapshot, x Extra) Report {
 		s.ZoneConfig = zone.DefaultConfig()
 	}
 	if x.SessionReportMaxAge <= 0 {
-		x.SessionReportMaxAge = DefaultSessionReportMaxAge
+		x.SessionReportMaxAge = peering.DefaultReportMaxAge
 	}
 	if x.Peering.Evidence.ReportMaxAge <= 0 {
 		x.Peering.Evidence.ReportMaxAge = x.SessionReportMaxAge

@@ -167,6 +167,25 @@ func TestExplain(t *testing.T) {
 			words:       []string{`"workloads": []`},
 		},
 	}, {
+		name: "evicted by kube-controller-manager, replaced: not credited to rebound",
+		world: func() *world {
+			w := s1(at(2 * time.Minute))
+			p := w.s.Pods[0]
+			p.DeletionTimestamp = ptr(metav1.NewTime(at(61 * time.Second)))
+			p.DeletionGracePeriodSeconds = ptr(int64(30))
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager"})
+			w.s.Deployments[0].Status.AvailableReplicas = 1
+			w.s.ReplicaSets[0].Status.AvailableReplicas = 1
+			w.pod("kube-system", "calico-kube-controllers-5d4f-y9", "node-0", true, "ReplicaSet", "calico-kube-controllers-5d4f")
+			return w
+		},
+		want: want{
+			decisions:   map[string]rescue.Decision{"kube-system/calico-kube-controllers-5d4f-x0": rescue.DecisionReplaced},
+			firstObject: "Pod kube-system/calico-kube-controllers-5d4f-x0",
+			firstWords:  []string{"Replaced", "evicted by kube-controller-manager's taint eviction", "nothing for rebound to do"},
+			absent:      []string{"rescue complete"},
+		},
+	}, {
 		name: "DaemonSet pods on NotReady nodes are only information",
 		world: func() *world {
 			w := newWorld(at(time.Minute))

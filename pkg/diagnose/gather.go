@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/exitcode"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
 	"rebound/pkg/rescue"
@@ -96,9 +97,11 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 	s.Policies, err = listPolicies(ctx, c)
 	switch {
 	case apierrors.IsNotFound(err):
-		s.Policies = []*v1alpha1.RecoveryPolicy{DefaultPolicy()}
+		def := DefaultPolicy()
+		s.Policies = []*v1alpha1.RecoveryPolicy{def}
 		x.BuiltInPolicy = true
-		x.Warnings = append(x.Warnings, "the RecoveryPolicy CRD (recoverypolicies.rebound.dev) is not installed: diagnose assumes the built-in default policy (kube-system pods of priority class system-cluster-critical or system-node-critical, maxUnavailableTime 30s)")
+		x.Warnings = append(x.Warnings, fmt.Sprintf("the RecoveryPolicy CRD (recoverypolicies.rebound.dev) is not installed: diagnose assumes the built-in default policy (%s, maxUnavailableTime %s)",
+			def.Spec.Critical.Describe(), def.Spec.EffectiveMaxUnavailableTime()))
 	case err != nil:
 		return s, x, describe(c, "recoverypolicies.rebound.dev", err)
 	}
@@ -276,29 +279,8 @@ func unreachable(err error, timeout time.Duration) string {
 
 // Error is a failure that ends diagnose with an exit code other than 0:
 // the message is one line that says what was wrong and what to do.
-type Error struct {
-	Code int
-	Msg  string
-	Err  error
-}
-
-func (e *Error) Error() string { return e.Msg }
-
-// Unwrap returns the underlying error.
-func (e *Error) Unwrap() error { return e.Err }
-
-// ExitCode is the process exit code (cmd/rebound's exitCoder).
-func (e *Error) ExitCode() int { return e.Code }
+type Error = exitcode.Error
 
 // ExitCodeOf returns the exit code for an error of Run or of the command:
 // 0 for nil, the code of an *Error, ExitCannotRead otherwise (a bad flag).
-func ExitCodeOf(err error) int {
-	if err == nil {
-		return ExitOK
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ExitCannotRead
-}
+func ExitCodeOf(err error) int { return exitcode.Of(err, ExitCannotRead) }

@@ -158,8 +158,8 @@ coming back, most serious first, each line with its cause first:
 It only gets and lists nodes, pods, namespaces, PVCs, ReplicaSets, Deployments,
 StatefulSets, DaemonSets and RecoveryPolicies: the ClusterRole rebound-diagnose
 (deploy/rbac) is all it needs. Without the RecoveryPolicy CRD it assumes the
-default policy (kube-system pods of priority class system-cluster-critical or
-system-node-critical, 30s) and says so.
+default policy (deploy/policy/default-recoverypolicy.yaml: kube-system pods of
+priority class system-cluster-critical or system-node-critical) and says so.
 
 Set the zone flags to kube-controller-manager's values, or zone states and
 eviction times are wrong (they default to kube-controller-manager's defaults).
@@ -231,6 +231,6 @@ Exit codes:
 	f.Float64Var(&zc.SecondaryEvictionLimiterQPS, "secondary-node-eviction-rate", zc.SecondaryEvictionLimiterQPS, "kube-controller-manager's --secondary-node-eviction-rate")
 	f.DurationVar(&opts.Defaults.ReplacementTimeout, "replacement-timeout", rescue.DefaultReplacementTimeout, "the controller's --replacement-timeout: how long a deleted pod may wait for its replacement before a scale bounce")
 	f.DurationVar(&opts.Peering.PruneGracePeriod, "prune-grace-period", peering.DefaultPruneGracePeriod, "the peering controller's prune grace period: how long a node stays in the BGP peer set after it goes NotReady")
-	f.DurationVar(&opts.SessionReportMaxAge, "session-report-max-age", DefaultSessionReportMaxAge, "agents' BGP session reports older than this are stale")
+	f.DurationVar(&opts.SessionReportMaxAge, "session-report-max-age", peering.DefaultReportMaxAge, "agents' BGP session reports older than this are stale")
 	return cmd
 }

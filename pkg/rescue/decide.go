@@ -290,6 +290,12 @@ func (p *planner) decideStateless(i int, pod *corev1.Pod, rule *policyRule, o ow
 	requested := deletionRequestedAt(pod)
 	ok, avail := o.available()
 	if ok {
+		if by := upstreamDeleter(pod); by != "" {
+			// Not rebound's doing: say who, so that nobody credits rebound.
+			p.report(cp, DecisionReplaced, "evicted by %s at %s and %s: replaced by upstream, nothing for rebound to do (the old pod stays Terminating until its node returns or is removed)",
+				by, formatTime(requested), avail)
+			return
+		}
 		p.report(cp, DecisionReplaced, "deleted at %s and %s: rescue complete (the old pod stays Terminating until its node returns or is removed)",
 			formatTime(requested), avail)
 		return
@@ -421,4 +427,22 @@ func deletionRequestedAt(pod *corev1.Pod) time.Time {
 func forceDeleteIssued(pod *corev1.Pod) bool {
 	g := pod.DeletionGracePeriodSeconds
 	return pod.DeletionTimestamp != nil && g != nil && *g == 0
+}
+
+// upstreamDeleter names the upstream controller that deleted pod, from the
+// DisruptionTarget condition it sets before it deletes; "" when none did
+// (rebound, or anyone else, deleted it).
+func upstreamDeleter(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type != corev1.DisruptionTarget || c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Reason {
+		case "DeletionByTaintManager": // k8s.io/kubernetes pkg/controller/tainteviction
+			return "kube-controller-manager's taint eviction"
+		case "DeletionByPodGC": // pkg/controller/podgc
+			return "kube-controller-manager's pod garbage collector"
+		}
+	}
+	return ""
 }

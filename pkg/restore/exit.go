@@ -1,9 +1,10 @@
 package restore
 
 import (
-	"errors"
 	"fmt"
 	"time"
+
+	"rebound/pkg/exitcode"
 )
 
 // Exit codes of `rebound restore` and `rebound backup`.
@@ -27,16 +28,7 @@ const (
 )
 
 // Error carries the exit code the CLI ends with.
-type Error struct {
-	Code int
-	Err  error
-}
-
-func (e *Error) Error() string { return e.Err.Error() }
-func (e *Error) Unwrap() error { return e.Err }
-
-// ExitCode implements the CLI's exit-code interface.
-func (e *Error) ExitCode() int { return e.Code }
+type Error = exitcode.Error
 
 // BadInput wraps err as ExitBadInput.
 func BadInput(err error) error {
@@ -53,16 +45,7 @@ func BadInputf(format string, args ...any) error {
 
 // ExitCodeOf returns the exit code for err: 0 for nil, the code of an
 // *Error, ExitFailed otherwise.
-func ExitCodeOf(err error) int {
-	if err == nil {
-		return ExitOK
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ExitFailed
-}
+func ExitCodeOf(err error) int { return exitcode.Of(err, ExitFailed) }
 
 // Outcome is how a bring-up ended.
 type Outcome string

@@ -63,10 +63,8 @@ func gather(ctx context.Context, client kubernetes.Interface, refs []WorkloadRef
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		s.nodes = append(s.nodes, n)
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				s.heartbeat[n.Name] = c.LastHeartbeatTime.Time
-			}
+		if c := kubestatus.NodeReadyCondition(n); c != nil {
+			s.heartbeat[n.Name] = c.LastHeartbeatTime.Time
 		}
 	}
 	leases, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/policyfile"
 )
 
 // Selection says which workloads are essential: a RecoveryPolicy (its
@@ -23,33 +24,21 @@ type Selection struct {
 	Workloads []WorkloadRef
 }
 
-// DefaultPolicy is deploy/policy/default-recoverypolicy.yaml: kube-system
-// pods of priority class system-cluster-critical or system-node-critical.
-func DefaultPolicy() *v1alpha1.RecoveryPolicy {
-	p := &v1alpha1.RecoveryPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "RecoveryPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: "default"},
-		Spec: v1alpha1.RecoveryPolicySpec{Critical: v1alpha1.CriticalSelector{
-			Namespaces:         []string{"kube-system"},
-			PriorityClassNames: []string{"system-cluster-critical", "system-node-critical"},
-		}},
-	}
-	p.Spec.Default()
-	return p
-}
+// DefaultPolicy is deploy/policy/default-recoverypolicy.yaml, as the
+// apiserver stores it.
+func DefaultPolicy() *v1alpha1.RecoveryPolicy { return policyfile.Default() }
 
 // ParsePolicy reads a RecoveryPolicy file as `rebound policy validate`
-// does; any error is bad input.
+// does (the apiserver's verdict); any error is bad input.
 func ParsePolicy(data []byte, source string) (*v1alpha1.RecoveryPolicy, error) {
-	p, errs := v1alpha1.ParseRecoveryPolicy(data)
-	if len(errs) > 0 {
-		msgs := make([]string, len(errs))
-		for i, e := range errs {
-			msgs[i] = e.Error()
-		}
-		return nil, BadInputf("%s is not a valid RecoveryPolicy:\n  %s", source, strings.Join(msgs, "\n  "))
+	r := policyfile.Check(data)
+	if !r.Valid() {
+		return nil, BadInputf("%s is not a valid RecoveryPolicy:\n  %s", source, strings.Join(policyfile.Messages(r.Errors), "\n  "))
 	}
-	return p, nil
+	if len(r.Warnings) > 0 {
+		return nil, BadInputf("%s is a RecoveryPolicy the apiserver accepts but rebound cannot use:\n  %s", source, strings.Join(policyfile.Messages(r.Warnings), "\n  "))
+	}
+	return r.Policy, nil
 }
 
 // Resolve checks the selection against the cluster and returns the

@@ -5,10 +5,12 @@ import (
 	"context"
 	"image"
 	"image/png"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,4 +160,77 @@ func distinctColours(img image.Image, limit int) int {
 		}
 	}
 	return len(seen)
+}
+
+// TestDemoFirstCommandAsAUser runs the README's first command the way a
+// user does (the built binary, S1 only and --fast to keep it short): its
+// first line comes within 5 s and says what it plays, no library stack
+// trace reaches the output, and the summary prints both lanes' METRIC
+// lines measured from the API's timestamps, with no -1 recovery time.
+func TestDemoFirstCommandAsAUser(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 8*time.Minute)
+	cmd := exec.CommandContext(ctx, reboundBinary, "demo", "--fast", "--scenarios", "S1", "--report", "", "--dir", t.TempDir())
+	cmd.Dir = repoPath(".")
+	var out lockedBuffer
+	first := make(chan time.Duration, 1)
+	start := time.Now()
+	cmd.Stdout, cmd.Stderr = &out, &firstLineWriter{w: &out, start: start, first: first}
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("rebound demo: %v\n%s", err, out.String())
+	}
+	text := out.String()
+	select {
+	case d := <-first:
+		metric(t, "demo_first_output_after", d.Seconds(), "s")
+		if d > 5*time.Second {
+			t.Errorf("the first line came after %s, want within 5 s", d)
+		}
+	default:
+		t.Errorf("no output on stderr:\n%s", text)
+	}
+	if !strings.HasPrefix(text, "rebound demo: plays S1") {
+		t.Errorf("the first line does not say what the demo plays:\n%s", text)
+	}
+	for _, bad := range []string{"goroutine ", "log.SetLogger(...) was never called", "=-1"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("output has %q:\n%s", bad, text)
+		}
+	}
+	for _, want := range []string{"METRIC s1_without_rebound_recovered=0 count", "METRIC s1_recovery_with_rebound=", "METRIC s1_speedup_at_least=", "CONFIG s1_without_rebound_observe="} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer for two writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// firstLineWriter reports when its first write came.
+type firstLineWriter struct {
+	w     io.Writer
+	start time.Time
+	first chan time.Duration
+	once  sync.Once
+}
+
+func (f *firstLineWriter) Write(p []byte) (int, error) {
+	f.once.Do(func() { f.first <- time.Since(f.start) })
+	return f.w.Write(p)
 }

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -30,7 +29,6 @@ import (
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/diagnose"
-	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -334,14 +332,7 @@ func TestDiagnoseS5(t *testing.T) {
 	waitCRDEstablished(ctx, t, cl, "recoverypolicies.rebound.dev")
 	applyFiles(ctx, t, cl, false, repoPath(defaultPolicyFile))
 
-	createStatefulWorkload(ctx, t, cl)
-	waitPod(ctx, t, cl, "kube-system", "etcd-standin-0", func(p *corev1.Pod) bool {
-		return p.Spec.NodeName == "node-3" && kubestatus.PodReady(p)
-	})
-	if err := c.StopNode(ctx, "node-3"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitNodeReady(ctx, "node-3", false, time.Minute); err != nil {
+	if _, err := scenario.PartitionS5(ctx, c, scenario.NewTimeline(testWriter(t)), "node-3"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -355,7 +346,7 @@ func TestDiagnoseS5(t *testing.T) {
 	}
 	cp := criticalPod(r, "kube-system", "etcd-standin")
 	if cp.Name != "etcd-standin-0" || cp.Node != "node-3" || cp.Decision != "WaitingForFencing" || cp.Workload.Class != "Stateful" ||
-		!strings.Contains(cp.Reason, "StatefulSet pod: waiting for fencing; add the node.kubernetes.io/out-of-service taint once the node is confirmed off") {
+		!strings.Contains(cp.Reason, "StatefulSet pod: waiting for fencing; add the node.kubernetes.io/out-of-service:NoExecute taint once the node is confirmed off") {
 		t.Errorf("critical pod = %+v; want WaitingForFencing with what to do", cp)
 	}
 	w := workloadOf(r, "StatefulSet", "kube-system", "etcd-standin")

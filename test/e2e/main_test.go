@@ -11,15 +11,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"rebound/internal/logging"
 	"rebound/internal/sandbox"
+	"rebound/internal/scenario"
 )
 
 var binaries sandbox.Binaries
 
 func TestMain(m *testing.M) {
+	// As cmd/rebound does: the controller-runtime clients of the tests
+	// log through it, not through a stack trace.
+	logging.Install(os.Stderr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	var err error
 	binaries, err = sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Progress: os.Stderr})
@@ -42,28 +48,71 @@ func TestMain(m *testing.M) {
 // the test's temporary folder until the run ends.
 func startSandbox(t *testing.T, nodes int, timings sandbox.Timings) *sandbox.Cluster {
 	t.Helper()
+	c, err := newSandbox(t, nodes, timings)
+	if err != nil {
+		t.Fatalf("start sandbox: %v", err)
+	}
+	return c
+}
+
+// startPair starts the two sandboxes of a scenario's lanes at the same
+// time and returns them with a timeline each (printed with -v, each line
+// naming its lane).
+func startPair(t *testing.T, nodes int, timings sandbox.Timings) scenario.Pair {
+	t.Helper()
+	var cs [2]*sandbox.Cluster
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cs[i], errs[i] = newSandbox(t, nodes, timings)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		t.Fatalf("start sandboxes: %v", err)
+	}
+	return scenario.Pair{
+		Without: cs[0], With: cs[1],
+		WithoutTimeline: scenario.NewTimeline(laneWriter(t, scenario.LaneWithout)),
+		WithTimeline:    scenario.NewTimeline(laneWriter(t, scenario.LaneWith)),
+	}
+}
+
+// newSandbox starts a sandbox and registers its stop; safe to call from
+// several goroutines of one test.
+func newSandbox(t *testing.T, nodes int, timings sandbox.Timings) (*sandbox.Cluster, error) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
 	c, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: binaries, Nodes: nodes, Timings: timings})
 	if err != nil {
-		t.Fatalf("start sandbox: %v", err)
+		var ce *sandbox.ComponentError
+		if errors.As(err, &ce) {
+			err = fmt.Errorf("%w\n%s", err, ce.LogTail)
+		}
+		return nil, err
 	}
 	metric(t, "sandbox_start_"+fmt.Sprint(nodes)+"_nodes", time.Since(t0).Seconds(), "s")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("component logs: %s/logs", c.Dir)
-			var ce *sandbox.ComponentError
-			if errors.As(err, &ce) {
-				t.Log(ce.LogTail)
-			}
 		}
 		if err := c.Stop(); err != nil {
 			t.Errorf("stop sandbox: %v", err)
 		}
 	})
-	return c
+	return c, nil
+}
+
+// printLines prints a scenario's METRIC and CONFIG lines.
+func printLines(lines []string) {
+	for _, l := range lines {
+		fmt.Println(l)
+	}
 }
 
 // metric prints a measured figure in the form tools collect.

@@ -1,14 +1,22 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"rebound/api/v1alpha1"
 	"rebound/internal/sandbox"
+	"rebound/pkg/policyfile"
 )
 
 // TestRecoveryPolicyRejectedWithFieldName: the apiserver itself (the CRD's
@@ -60,6 +68,9 @@ func TestRecoveryPolicyRejectedWithFieldName(t *testing.T) {
 			}
 		})
 	}
+	t.Run("policy validate gives the apiserver's verdict on the corpus", func(t *testing.T) {
+		policyCorpusAgrees(ctx, t, cl)
+	})
 	// The good one is accepted and defaulted by the apiserver.
 	p := good()
 	if err := cl.Create(ctx, p); err != nil {
@@ -85,5 +96,61 @@ func TestDeployManifestsServerSideApply(t *testing.T) {
 	)
 	if len(applied) < 3 {
 		t.Errorf("applied %d objects, want at least the namespace, the Deployment and the policy", len(applied))
+	}
+}
+
+// policyCorpusAgrees feeds every document of the policy corpus
+// (pkg/policyfile/testdata/policies) to the built `rebound policy validate
+// -o json` and to the sandbox's apiserver (a dry-run create with strict
+// field validation, as kubectl sends it) and requires the same verdict;
+// a rejection must name the field the document's header names, in both.
+func policyCorpusAgrees(ctx context.Context, t *testing.T, cl client.Client) {
+	cases, err := policyfile.ReadCorpus(repoPath("pkg/policyfile/testdata/policies"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		t.Run(filepath.Base(c.File), func(t *testing.T) {
+			r := runCLI(ctx, t, reboundBinary, "policy", "validate", "-o", "json", c.File)
+			var got []struct {
+				Valid          bool     `json:"valid"`
+				APIServerValid bool     `json:"apiserverValid"`
+				Errors         []string `json:"errors"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 1 {
+				t.Fatalf("rebound policy validate -o json: %v\nstdout:\n%s\nstderr:\n%s", err, r.stdout, r.stderr)
+			}
+			cliErrs := strings.Join(got[0].Errors, "\n")
+
+			data, err := os.ReadFile(c.File)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var obj unstructured.Unstructured
+			if err := yaml.Unmarshal(data, &obj.Object); err != nil {
+				t.Fatal(err)
+			}
+			apiErr := cl.Create(ctx, &obj, client.DryRunAll, client.FieldValidation("Strict"))
+			t.Logf("apiserver: %v", apiErr)
+			t.Logf("rebound policy validate (exit %d): %s", r.code, cliErrs)
+
+			if got[0].APIServerValid != (apiErr == nil) {
+				t.Fatalf("verdicts differ: rebound policy validate says apiserver-valid=%v, the apiserver says %v", got[0].APIServerValid, apiErr)
+			}
+			if wantValid := c.Field == ""; (apiErr == nil) != wantValid {
+				t.Errorf("apiserver verdict %v, the corpus says %q", apiErr, c.Field)
+			}
+			if (r.code == 0) != got[0].Valid || (c.Field == "" && r.code != 0) {
+				t.Errorf("exit code %d for valid=%v", r.code, got[0].Valid)
+			}
+			if c.Field != "" {
+				if !strings.Contains(apiErr.Error(), c.Field) {
+					t.Errorf("the apiserver's error does not name %s: %v", c.Field, apiErr)
+				}
+				if !strings.Contains(cliErrs, c.Field) {
+					t.Errorf("rebound policy validate does not name %s:\n%s", c.Field, cliErrs)
+				}
+			}
+		})
 	}
 }

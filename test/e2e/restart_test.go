@@ -51,12 +51,11 @@ spec:
 	for _, name := range []string{"crit-a", "crit-b", "crit-c"} {
 		w := scenario.CriticalStandIn("node-3")
 		w.Name = name
-		if err := w.Create(ctx, c.Client); err != nil {
-			t.Fatal(err)
-		}
 		workloads = append(workloads, w)
 	}
-	waitAvailable(ctx, t, c, workloads, "node-3")
+	if err := scenario.DeployOnPreferredNodes(ctx, c, scenario.NewTimeline(testWriter(t)), workloads); err != nil {
+		t.Fatal(err)
+	}
 
 	first := startController(t, c)
 	if err := c.StopNode(ctx, "node-3"); err != nil {
@@ -73,7 +72,7 @@ spec:
 	metric(t, "restart_deletions_before_kill", float64(before), "pods")
 
 	startController(t, c)
-	waitAvailable(ctx, t, c, workloads, "")
+	waitAvailableElsewhere(ctx, t, c, workloads)
 
 	deletes := podDeletesBy(t, c, sandbox.ReboundUser)
 	names := sets.New[string]()
@@ -86,18 +85,15 @@ spec:
 	}
 }
 
-// waitAvailable waits until every workload is fully available, on node if
-// it is set, else on any Ready node other than node-3.
-func waitAvailable(ctx context.Context, t *testing.T, c *sandbox.Cluster, ws []scenario.Workload, node string) {
+// waitAvailableElsewhere waits until every workload is fully available on
+// a Ready node other than node-3.
+func waitAvailableElsewhere(ctx context.Context, t *testing.T, c *sandbox.Cluster, ws []scenario.Workload) {
 	t.Helper()
 	for _, w := range ws {
 		tl := scenario.NewTimeline(nil)
 		obsCtx, cancel := context.WithCancel(ctx)
 		obs := scenario.Observe(obsCtx, c, tl, w)
 		_, err := obs.WaitFor(ctx, 2*time.Minute, fmt.Sprintf("%s available", w), func(s scenario.Snapshot) bool {
-			if node != "" {
-				return s.AvailableOn(node)
-			}
 			for _, n := range s.PodNodes() {
 				if n != "node-3" && s.Nodes[n].Ready && s.Available >= s.Desired && s.Desired > 0 {
 					return true

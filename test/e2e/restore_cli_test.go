@@ -69,7 +69,9 @@ func TestS2RestoreCLI(t *testing.T) {
 	bin := reboundBinary // built by TestMain
 	c := startSandbox(t, 1, sandbox.FastTimings())
 	ws := scenario.S2Workloads(c.NodeNames)
-	createAvailable(ctx, t, c, ws)
+	if err := scenario.DeployOnPreferredNodes(ctx, c, scenario.NewTimeline(testWriter(t)), ws); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	backup := filepath.Join(dir, "backup.db")
 	workloadFlags := []string{}
@@ -126,7 +128,9 @@ func TestS2RestoreCLI(t *testing.T) {
 	}
 
 	// bring-up on the sandbox restored from that backup.
-	restoreCluster(ctx, t, c, backup, "node-0")
+	if err := c.Restore(ctx, sandbox.RestoreOptions{Snapshot: backup, Alive: []string{"node-0"}, Binaries: binaries, Progress: testWriter(t)}); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
 	before := clusterFingerprint(ctx, t, c)
 	runCLI(ctx, t, bin, "restore", "bringup", "--kubeconfig", c.Kubeconfig, "--workload", "kube-system/deployment/corednz").
 		expect(t, "bring-up of an unknown workload", 2, "Deployment kube-system/corednz not found", "coredns")

@@ -9,12 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
@@ -22,51 +22,6 @@ import (
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/restore"
 )
-
-// S2 is seed 000's platform restore: an etcd backup of a 5-node cluster is
-// restored with only node-0 (controller-0) alive. The essential
-// Deployments' pods sat on nodes 1-4, the zone goes PartialDisruption
-// (4 of 5 NotReady), upstream evicts nothing, and a status-based wait on
-// those Deployments times out. `rebound restore bringup` reschedules them
-// and they are Available within its deadline.
-
-func refsOf(ws []scenario.Workload) []restore.WorkloadRef {
-	out := make([]restore.WorkloadRef, len(ws))
-	for i, w := range ws {
-		out[i] = restore.WorkloadRef{Namespace: w.Namespace, Kind: restore.KindDeployment, Name: w.Name}
-	}
-	return out
-}
-
-// s2Deadline is the bring-up deadline of the tests: with FastTimings a
-// dead node is NotReady after 12s and, in a Normal zone, its pods would be
-// evicted 20s later; 45s + 5s per node (70s for 5 nodes) leaves room for
-// both and for a loaded machine. The same deadline bounds the wait without
-// rebound.
-var s2Deadline = restore.Deadline{Base: 45 * time.Second, PerNode: 5 * time.Second}
-
-// createAvailable creates the Deployments and waits until each is
-// available with its pod on the node it prefers.
-func createAvailable(ctx context.Context, t *testing.T, c *sandbox.Cluster, ws []scenario.Workload) {
-	t.Helper()
-	for _, w := range ws {
-		if err := w.Create(ctx, c.Client); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, w := range ws {
-		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			d, err := c.Client.AppsV1().Deployments(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
-			if err != nil || d.Status.AvailableReplicas < 1 {
-				return false, nil //nolint:nilerr // keep polling
-			}
-			return slices.Equal(podNodes(ctx, c, w), []string{w.PreferNode}), nil
-		})
-		if err != nil {
-			t.Fatalf("%s not available on %s: %v", w, w.PreferNode, err)
-		}
-	}
-}
 
 // podNodes lists the nodes of a Deployment's live (non-terminating) pods.
 func podNodes(ctx context.Context, c *sandbox.Cluster, w scenario.Workload) []string {
@@ -127,16 +82,6 @@ func noExecuteTainted(ctx context.Context, t *testing.T, c *sandbox.Cluster, nam
 	return false
 }
 
-// restoreCluster restores the snapshot with only the given nodes alive.
-func restoreCluster(ctx context.Context, t *testing.T, c *sandbox.Cluster, snapshot string, alive ...string) {
-	t.Helper()
-	t0 := time.Now()
-	if err := c.Restore(ctx, sandbox.RestoreOptions{Snapshot: snapshot, Alive: alive, Binaries: binaries, Progress: testWriter(t)}); err != nil {
-		t.Fatalf("restore: %v", err)
-	}
-	metric(t, fmt.Sprintf("s2_sandbox_restore_%d_nodes", len(c.NodeNames)), time.Since(t0).Seconds(), "s")
-}
-
 func bringupOutput(t *testing.T) io.Writer {
 	if w := testWriter(t); w != nil {
 		return w
@@ -144,55 +89,96 @@ func bringupOutput(t *testing.T) io.Writer {
 	return io.Discard
 }
 
-// TestS2PlatformRestore: 5 nodes, backup, restore with only node-0 alive;
-// without rebound the status-based wait times out, with `rebound restore
+// TestS2PlatformRestore: 5 nodes, backup, restore with only node-0 alive,
+// on two sandboxes at once (scenario.RunS2Pair, as the demo plays it).
+// Without rebound the status-based wait times out; with `rebound restore
 // bringup` every essential Deployment is Available within its deadline.
-// Both are measured in this run, each from its own restore of the same
-// backup. Bad inputs (a truncated snapshot, a file that is not a snapshot,
-// an unknown workload) are refused with a clear error and change nothing.
+// Bad inputs (a truncated snapshot, a file that is not a snapshot, an
+// unknown workload) are refused with a clear error and change nothing.
 func TestS2PlatformRestore(t *testing.T) {
 	t.Parallel()
-	c := startSandbox(t, 5, sandbox.FastTimings())
+	p := startPair(t, 5, sandbox.FastTimings())
 	ctx := testContext(t, 9*time.Minute)
-	ws := scenario.S2Workloads(c.NodeNames)
-	refs := refsOf(ws)
-	createAvailable(ctx, t, c, ws)
-
-	dir := t.TempDir()
-	backup := filepath.Join(dir, "platform-backup.db")
-	meta, err := restore.Backup(ctx, restore.BackupOptions{
-		Etcd:      etcdsnapshot.ClientOptions{Endpoint: c.EtcdURL},
-		Out:       backup,
-		Client:    c.Client,
-		Selection: restore.Selection{Workloads: refs},
+	ws := scenario.S2Workloads(p.Without.NodeNames)
+	var progress strings.Builder
+	res, err := scenario.RunS2Pair(ctx, p, scenario.S2PairOptions{
+		Survivor: "node-0",
+		Binaries: binaries,
+		Progress: func(rebound bool) io.Writer {
+			if rebound {
+				return io.MultiWriter(&lockedBuilder{b: &progress}, bringupOutput(t))
+			}
+			return bringupOutput(t)
+		},
+		AfterBackup: func(ctx context.Context, c *sandbox.Cluster, backup string) error {
+			t.Run("bad snapshots are refused and the sandbox runs on unchanged", func(t *testing.T) {
+				s2BadSnapshots(ctx, t, c, backup)
+			})
+			return nil
+		},
 	})
 	if err != nil {
-		t.Fatalf("backup: %v", err)
+		t.Fatal(err)
 	}
-	if !slices.Equal(meta.Nodes, c.NodeNames) || len(meta.EssentialWorkloads) != 3 || meta.Revision == 0 {
-		t.Errorf("backup metadata: nodes %v, %d workloads, revision %d; want the 5 nodes, 3 workloads", meta.Nodes, len(meta.EssentialWorkloads), meta.Revision)
-	}
-	for _, bw := range meta.EssentialWorkloads {
-		if bw.State != restore.StateAvailable || len(bw.Nodes) != 1 || bw.Nodes[0] == "node-0" {
-			t.Errorf("backup metadata: %+v, want available on one of nodes 1-4", bw)
+	printLines(res.Comparison.Lines())
+	t.Run("backup metadata", func(t *testing.T) {
+		meta := res.Without.Backup
+		if !slices.Equal(meta.Nodes, p.Without.NodeNames) || len(meta.EssentialWorkloads) != 3 || meta.Revision == 0 {
+			t.Errorf("backup metadata: nodes %v, %d workloads, revision %d; want the 5 nodes, 3 workloads", meta.Nodes, len(meta.EssentialWorkloads), meta.Revision)
 		}
-	}
-	if m, err := restore.ReadMetadata(backup); err != nil || m.SHA256 != meta.SHA256 {
-		t.Errorf("ReadMetadata = %+v, %v", m, err)
-	}
-
-	t.Run("bad snapshots are refused and the sandbox runs on unchanged", func(t *testing.T) {
-		s2BadSnapshots(ctx, t, c, backup)
+		for _, bw := range meta.EssentialWorkloads {
+			if bw.State != restore.StateAvailable || len(bw.Nodes) != 1 || bw.Nodes[0] == "node-0" {
+				t.Errorf("backup metadata: %+v, want available on one of nodes 1-4", bw)
+			}
+		}
 	})
-
-	// Without rebound: restore, then wait on the Deployments' status.
-	restoreCluster(ctx, t, c, backup, "node-0")
-	without, err := restore.Bringup(ctx, restore.Options{
-		Client: c.Client, Selection: restore.Selection{Workloads: refs}, Deadline: s2Deadline, WaitOnly: true, Progress: bringupOutput(t),
+	t.Run("without rebound the wait times out", func(t *testing.T) {
+		s2CheckWithout(ctx, t, p.Without, ws, res.Without)
 	})
-	if err != nil {
-		t.Fatalf("wait without rebound: %v", err)
+	t.Run("unknown workload is refused and changes nothing", func(t *testing.T) {
+		c := p.Without
+		before := clusterFingerprint(ctx, t, c)
+		bad := append(refsOf(ws), restore.WorkloadRef{Namespace: "kube-system", Kind: restore.KindDeployment, Name: "corednz"})
+		r, err := restore.Bringup(ctx, restore.Options{Client: c.Client, Selection: restore.Selection{Workloads: bad}, Deadline: scenario.S2Deadline(c.Timings)})
+		if r != nil || restore.ExitCodeOf(err) != restore.ExitBadInput {
+			t.Fatalf("bring-up with an unknown workload: result %v, err %v (exit %d), want bad input (exit 2)", r, err, restore.ExitCodeOf(err))
+		}
+		for _, want := range []string{"Deployment kube-system/corednz not found", "coredns", "nothing changed"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+		}
+		if after := clusterFingerprint(ctx, t, c); after != before {
+			t.Errorf("the cluster changed although the bring-up was refused:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+	})
+	t.Run("with rebound every essential Deployment is available on node-0", func(t *testing.T) {
+		s2CheckWith(ctx, t, p.With, ws, res.With, progress.String())
+	})
+}
+
+func refsOf(ws []scenario.Workload) []restore.WorkloadRef {
+	out := make([]restore.WorkloadRef, len(ws))
+	for i, w := range ws {
+		out[i] = restore.WorkloadRef{Namespace: w.Namespace, Kind: restore.KindDeployment, Name: w.Name}
 	}
+	return out
+}
+
+// lockedBuilder is a strings.Builder safe for the bring-up's writes.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func s2CheckWithout(ctx context.Context, t *testing.T, c *sandbox.Cluster, ws []scenario.Workload, res scenario.S2Result) {
+	without := res.Bringup
 	if without.Outcome != restore.OutcomeTimedOut || without.ExitCode != restore.ExitTimeout {
 		t.Fatalf("without rebound: outcome %s (exit %d), want the seed's timeout: %s", without.Outcome, without.ExitCode, without.Message)
 	}
@@ -211,6 +197,7 @@ func TestS2PlatformRestore(t *testing.T) {
 	// between, and its pods evicted after their toleration: the race
 	// TestS1RaceAllNodesDieAtOnce shows. At most one workload comes back
 	// that way; the wait on all of them times out.
+	refs := refsOf(ws)
 	state := map[restore.WorkloadRef]restore.State{}
 	for _, w := range without.Workloads {
 		state[w.Ref] = w.State
@@ -232,40 +219,18 @@ func TestS2PlatformRestore(t *testing.T) {
 		t.Errorf("without rebound %d workloads came back; upstream's taint rate in a Normal zone (burst 1) allows at most one before the zone flips", evictedBeforeFlip)
 	}
 	metric(t, "s2_without_rebound_evicted_before_zone_flip", float64(evictedBeforeFlip), "workloads")
-	metric(t, "s2_bringup_without_rebound_timed_out_after", without.ElapsedSeconds, "s")
+}
 
-	t.Run("unknown workload is refused and changes nothing", func(t *testing.T) {
-		before := clusterFingerprint(ctx, t, c)
-		bad := append(slices.Clone(refs), restore.WorkloadRef{Namespace: "kube-system", Kind: restore.KindDeployment, Name: "corednz"})
-		res, err := restore.Bringup(ctx, restore.Options{Client: c.Client, Selection: restore.Selection{Workloads: bad}, Deadline: s2Deadline})
-		if res != nil || restore.ExitCodeOf(err) != restore.ExitBadInput {
-			t.Fatalf("bring-up with an unknown workload: result %v, err %v (exit %d), want bad input (exit 2)", res, err, restore.ExitCodeOf(err))
-		}
-		for _, want := range []string{"Deployment kube-system/corednz not found", "coredns", "nothing changed"} {
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("error %q does not say %q", err, want)
-			}
-		}
-		if after := clusterFingerprint(ctx, t, c); after != before {
-			t.Errorf("the cluster changed although the bring-up was refused:\nbefore:\n%s\nafter:\n%s", before, after)
-		}
-	})
-
-	// With rebound: the same backup restored afresh, then the bring-up.
-	restoreCluster(ctx, t, c, backup, "node-0")
-	var progress strings.Builder
-	with, err := restore.Bringup(ctx, restore.Options{
-		Client: c.Client, Selection: restore.Selection{Workloads: refs}, Deadline: s2Deadline,
-		Progress: io.MultiWriter(&progress, bringupOutput(t)),
-	})
-	if err != nil {
-		t.Fatalf("bring-up: %v", err)
-	}
+func s2CheckWith(ctx context.Context, t *testing.T, c *sandbox.Cluster, ws []scenario.Workload, res scenario.S2Result, progress string) {
+	with := res.Bringup
 	if with.Outcome != restore.OutcomeSucceeded || with.ExitCode != restore.ExitOK || with.Err() != nil {
 		t.Fatalf("bring-up: outcome %s (exit %d): %s", with.Outcome, with.ExitCode, with.Message)
 	}
 	if with.ElapsedSeconds > with.DeadlineSeconds {
 		t.Errorf("bring-up took %.1fs, beyond its deadline %.0fs", with.ElapsedSeconds, with.DeadlineSeconds)
+	}
+	if !res.Recovery.Recovered || len(res.Recoveries) != len(ws) {
+		t.Errorf("recoveries from the API's timestamps = %+v, want all %d workloads recovered", res.Recoveries, len(ws))
 	}
 	deletes := 0
 	for _, a := range with.Actions {
@@ -303,21 +268,15 @@ func TestS2PlatformRestore(t *testing.T) {
 	if recorded != len(ws) {
 		t.Errorf("%d StrandedPodDeleted Events from the bring-up, want one per stranded pod", recorded)
 	}
-	if strings.Contains(progress.String(), "not recorded") {
-		t.Errorf("an Event was not recorded:\n%s", progress.String())
+	if strings.Contains(progress, "not recorded") {
+		t.Errorf("an Event was not recorded:\n%s", progress)
 	}
 	for _, want := range []string{"PartialDisruption", "on NotReady node", "Delete kube-system/", "bring-up succeeded"} {
-		if !strings.Contains(progress.String(), want) {
-			t.Errorf("progress output lacks %q:\n%s", want, progress.String())
+		if !strings.Contains(progress, want) {
+			t.Errorf("progress output lacks %q:\n%s", want, progress)
 		}
 	}
-	slowest := 0.0
-	for _, w := range with.Workloads {
-		slowest = max(slowest, w.AvailableAfter)
-	}
 	metric(t, "s2_bringup_with_rebound", with.ElapsedSeconds, "s")
-	metric(t, "s2_bringup_with_rebound_slowest_workload", slowest, "s")
-	metric(t, "s2_bringup_deadline_5_nodes", with.DeadlineSeconds, "s")
 }
 
 // s2BadSnapshots: a truncated snapshot and a file of another kind are
@@ -373,30 +332,24 @@ func s2BadSnapshots(ctx context.Context, t *testing.T, c *sandbox.Cluster, backu
 	}
 }
 
-// TestS2SingleNodeRestore: the same bring-up on a one-node sandbox, where
-// nothing has to move, passes quickly (the seed's fix was tested on one
-// node too).
+// TestS2SingleNodeRestore: the same scenario runner on a one-node sandbox,
+// where nothing has to move: the bring-up passes quickly with no action
+// (the seed's fix was tested on one node too).
 func TestS2SingleNodeRestore(t *testing.T) {
 	t.Parallel()
 	c := startSandbox(t, 1, sandbox.FastTimings())
 	ctx := testContext(t, 5*time.Minute)
-	ws := scenario.S2Workloads(c.NodeNames)
-	createAvailable(ctx, t, c, ws)
-	backup := filepath.Join(t.TempDir(), "aio-sx.db")
-	if _, err := c.Backup(ctx, backup); err != nil {
-		t.Fatal(err)
-	}
-	restoreCluster(ctx, t, c, backup, "node-0")
-	res, err := restore.Bringup(ctx, restore.Options{
-		Client: c.Client, Selection: restore.Selection{Workloads: refsOf(ws)}, Deadline: s2Deadline, Progress: bringupOutput(t),
+	res, err := scenario.RunS2(ctx, c, scenario.NewTimeline(testWriter(t)), scenario.S2Options{
+		Survivor: "node-0", Backup: filepath.Join(t.TempDir(), "aio-sx.db"), Binaries: binaries, Bringup: true, Progress: bringupOutput(t),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != restore.OutcomeSucceeded || len(res.Actions) != 0 {
-		t.Fatalf("single-node bring-up: %s with actions %+v: %s", res.Outcome, res.Actions, res.Message)
+	br := res.Bringup
+	if br.Outcome != restore.OutcomeSucceeded || len(br.Actions) != 0 {
+		t.Fatalf("single-node bring-up: %s with actions %+v: %s", br.Outcome, br.Actions, br.Message)
 	}
-	for _, w := range res.Workloads {
+	for _, w := range br.Workloads {
 		if w.State != restore.StateAvailable || w.Live != 1 {
 			t.Errorf("%s: %s %s", w.Ref.Display(), w.State, w.Message)
 		}
@@ -410,5 +363,5 @@ func TestS2SingleNodeRestore(t *testing.T) {
 			t.Errorf("pod %s: phase %s, deleting %v", p.Name, p.Status.Phase, p.DeletionTimestamp != nil)
 		}
 	}
-	metric(t, "s2_single_node_bringup_with_rebound", res.ElapsedSeconds, "s")
+	metric(t, "s2_single_node_bringup_with_rebound", br.ElapsedSeconds, "s")
 }

@@ -2,22 +2,18 @@ package e2e
 
 import (
 	"context"
-	"sync"
+	"fmt"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 
 	"rebound/internal/agent"
 	"rebound/internal/birdlab"
 	"rebound/internal/birdtest"
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
+	"rebound/internal/scenario"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/kube"
 )
 
 // S6: a node flaps Ready/NotReady every 10 s for 2 minutes.
@@ -45,32 +41,6 @@ func s6Timings() sandbox.Timings {
 		NodeMonitorPeriod:        time.Second,
 		NodeLeaseDuration:        4 * time.Second,
 		DefaultTolerationSeconds: 20,
-	}
-}
-
-// s6Recorder counts, per node, changes of the in-set label, and the
-// flapping node's NotReady spells, from an informer on the nodes.
-type s6Recorder struct {
-	mu        sync.Mutex
-	changes   map[string][]string // node -> label values it changed to
-	notReady  map[string]int      // node -> Ready->NotReady transitions
-	recording bool
-}
-
-func (r *s6Recorder) update(oldObj, newObj any) {
-	o, n := oldObj.(*corev1.Node), newObj.(*corev1.Node)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.recording {
-		return
-	}
-	if ov, nv := o.Labels[peering.LabelInSet], n.Labels[peering.LabelInSet]; ov != nv {
-		r.changes[n.Name] = append(r.changes[n.Name], nv)
-	}
-	or, _ := kube.Ready(o)
-	nr, _ := kube.Ready(n)
-	if or && !nr {
-		r.notReady[n.Name]++
 	}
 }
 
@@ -116,69 +86,48 @@ func TestS6FlappingNode(t *testing.T) {
 		return s.Reloads >= 1, s.LastError
 	})
 
-	rec := &s6Recorder{changes: map[string][]string{}, notReady: map[string]int{}}
-	factory := informers.NewSharedInformerFactory(c.Client, 0)
-	inf := factory.Core().V1().Nodes().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: rec.update}); err != nil {
-		t.Fatal(err)
-	}
-	stopInf := make(chan struct{})
-	t.Cleanup(func() { close(stopInf); factory.Shutdown() })
-	factory.Start(stopInf)
-	factory.WaitForCacheSync(stopInf)
-	rec.mu.Lock()
-	rec.recording = true
-	rec.mu.Unlock()
 	reloadsBefore := ag.Stats().Reloads
-
-	// Flap: 10 s stopped, 10 s running, for 2 minutes.
-	start := time.Now()
-	for time.Since(start) < s6Duration {
-		if err := c.StopNode(ctx, flapping.Name); err != nil {
-			t.Fatal(err)
-		}
-		s6Wait(ctx, t, s6Flap)
-		if err := c.StartNode(ctx, flapping.Name); err != nil {
-			t.Fatal(err)
-		}
-		s6Wait(ctx, t, s6Flap)
-	}
-	// Settle: the node is Ready and in the set, the agent caught up.
-	if err := c.WaitNodeReady(ctx, flapping.Name, true, time.Minute); err != nil {
+	res, err := scenario.RunS6(ctx, c, scenario.NewTimeline(testWriter(t)), scenario.S6Options{
+		Node: flapping.Name, Flap: s6Flap, Duration: s6Duration,
+		// Settled: the node is in the set again and the stable agent has
+		// the whole set.
+		Settled: func(ctx context.Context) error {
+			waitInSet(ctx, t, c, flapping.Name, true, 30*time.Second)
+			poll(ctx, t, 30*time.Second, "the stable agent has the whole set", func() (bool, string) {
+				protos, err := stable.Client().Protocols(ctx)
+				if err != nil {
+					return false, err.Error()
+				}
+				for _, p := range protos {
+					if p.Name == bird.ProtocolName(flapping.Address) {
+						return true, ""
+					}
+				}
+				return false, "no protocol for the flapping node"
+			})
+			return nil
+		},
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitInSet(ctx, t, c, flapping.Name, true, 30*time.Second)
-	poll(ctx, t, 30*time.Second, "the stable agent has the whole set", func() (bool, string) {
-		protos, err := stable.Client().Protocols(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, p := range protos {
-			if p.Name == bird.ProtocolName(flapping.Address) {
-				return true, ""
-			}
-		}
-		return false, "no protocol for the flapping node"
-	})
-	window := time.Since(start)
-
-	rec.mu.Lock()
-	changes := len(rec.changes[flapping.Name])
-	spells := rec.notReady[flapping.Name]
+	window := res.Window
+	changes := len(res.Changes[flapping.Name])
+	spells := res.NotReadySpells[flapping.Name]
 	others := map[string][]string{}
 	for _, n := range lab.Nodes[:2] {
-		others[n.Name] = rec.changes[n.Name]
+		others[n.Name] = res.Changes[n.Name]
 	}
-	rec.mu.Unlock()
 	reloads := ag.Stats().Reloads - reloadsBefore
 	promised := cfg.MaxChanges(window)
 
 	metric(t, "s6_not_ready_spells", float64(spells), "count")
 	metric(t, "s6_peer_set_changes", float64(changes), "count")
-	metric(t, "s6_peer_set_changes_promised_max", float64(promised), "count")
+	// The damping's bound is computed from its settings: a CONFIG line.
+	fmt.Printf("CONFIG s6_peer_set_changes_promised_max=%d count\n", promised)
 	metric(t, "s6_agent_reloads", float64(reloads), "count")
 	t.Logf("%s went NotReady %d times in %s; its membership changed %d times %v (damping promises <= %d); the stable node's BIRD reloaded %d times",
-		flapping.Name, spells, window.Round(time.Second), changes, rec.changes[flapping.Name], promised, reloads)
+		flapping.Name, spells, window.Round(time.Second), changes, res.Changes[flapping.Name], promised, reloads)
 
 	if spells < 3 {
 		t.Errorf("%s went NotReady only %d times: the sandbox did not make it flap, the test proves nothing", flapping.Name, spells)
@@ -193,15 +142,5 @@ func TestS6FlappingNode(t *testing.T) {
 	}
 	if reloads > changes {
 		t.Errorf("the stable node's BIRD reloaded %d times for %d set changes", reloads, changes)
-	}
-}
-
-// s6Wait waits d: the scenario's own rhythm, not a wait for a condition.
-func s6Wait(ctx context.Context, t *testing.T, d time.Duration) {
-	t.Helper()
-	select {
-	case <-ctx.Done():
-		t.Fatal(ctx.Err())
-	case <-time.After(d):
 	}
 }

@@ -9,10 +9,10 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"rebound/internal/cli"
 	"rebound/internal/controller"
+	"rebound/internal/logging"
 	"rebound/pkg/peering/calico"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
@@ -64,11 +64,11 @@ The zone flags must match kube-controller-manager's, or rebound mispredicts
 upstream eviction.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, logger, err := logFlags.Setup(cmd.ErrOrStderr())
+			slogger, logger, err := logFlags.Setup(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			ctrl.SetLogger(logger)
+			logging.Set(slogger.Handler())
 			namespace := kube.Namespace(DefaultNamespace)
 			recOpts.ZoneConfig = zc
 			if err := zc.Validate(); err != nil {
@@ -82,6 +82,9 @@ upstream eviction.`,
 			}
 			cfg, err := kube.RESTConfig("rebound-controller")
 			if err != nil {
+				return err
+			}
+			if err := controller.Preflight(cmd.Context(), cfg, controller.PreflightOptions{Recovery: !noRecovery, Namespace: preflightNamespace(namespace, mgrOpts.LeaderElect || peeringOn)}); err != nil {
 				return err
 			}
 			mgr, err := controller.NewManager(cfg, mgrOpts)
@@ -147,7 +150,7 @@ upstream eviction.`,
 	f.Float64Var(&zc.EvictionLimiterQPS, "node-eviction-rate", zc.EvictionLimiterQPS, "kube-controller-manager's --node-eviction-rate")
 	f.Float64Var(&zc.SecondaryEvictionLimiterQPS, "secondary-node-eviction-rate", zc.SecondaryEvictionLimiterQPS, "kube-controller-manager's --secondary-node-eviction-rate")
 	f.BoolVar(&noRecovery, "no-recovery", false, "do not run the recovery controller (for a peering-only deployment)")
-	f.BoolVar(&peeringOn, "peering", false, "run the BGP peering controller: publish the health-aware peer set in ConfigMap <namespace>/rebound-peer-set (read by `rebound agent`) and as the node label peering.rebound.dev/in-set (for Calico)")
+	f.BoolVar(&peeringOn, "peering", false, "run the BGP peering controller: publish the health-aware peer set in ConfigMap <namespace>/rebound-peer-set, which each rebound agent reads, and as the node label peering.rebound.dev/in-set (for Calico)")
 	f.DurationVar(&peeringOpts.Config.PruneGracePeriod, "peering-prune-grace-period", 0, "how long a node must be NotReady, with no Established session, before it leaves the mesh (0: 40s)")
 	f.DurationVar(&peeringOpts.Config.FlapWindow, "peering-flap-window", 0, "how long a removal counts for flap damping (0: 10m)")
 	f.DurationVar(&peeringOpts.Config.MaxPruneGracePeriod, "peering-max-prune-grace-period", 0, "cap of the grace period stretched by flap damping (0: 5m)")
@@ -160,4 +163,14 @@ upstream eviction.`,
 	f.BoolVar(&calicoOn, "calico", false, "with --peering: also publish a Calico BGPPeer (crd.projectcalico.org) that meshes the nodes of the set; see docs/peering-calico.md for turning Calico's node-to-node mesh off")
 	f.DurationVar(&calicoRestart, "calico-max-restart-time", 0, "with --calico: the BGPPeer's maxRestartTime (BIRD's per-peer graceful restart time; 0 keeps Calico's 120s)")
 	return cmd
+}
+
+// preflightNamespace is the namespace the controller cannot run without:
+// --namespace when it holds the leader-election Lease or the peering
+// state; otherwise none (the stop switch simply cannot exist there).
+func preflightNamespace(namespace string, needed bool) string {
+	if needed {
+		return namespace
+	}
+	return ""
 }
