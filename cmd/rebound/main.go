@@ -59,6 +59,7 @@ the failure:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(cli.NewVersionCommand(), newSandboxCommand(), newDemoCommand(), controllercmd.NewCommand(), agentcmd.NewCommand(), newRestoreCommand(), newBackupCommand(), newPolicyCommand(), newDiagnoseCommand())
+	root.AddCommand(labCommands()...)
+	root.AddCommand(cli.NewVersionCommand(), controllercmd.NewCommand(), agentcmd.NewCommand(), newRestoreCommand(), newBackupCommand(), newPolicyCommand(), newDiagnoseCommand())
 	return root
 }

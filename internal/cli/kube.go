@@ -81,8 +81,9 @@ func (k *KubeFlags) RESTConfig(userAgent string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// Namespace is the namespace of -n, else of the kubeconfig's context, else
-// (in a pod) the pod's own; def when none says.
+// Namespace is -n's value, else def. The kubeconfig context's namespace
+// is not used: rebound's namespace (the Lease, the stop switch, the peer
+// set) must not change with the context a user happens to be in.
 func (k *KubeFlags) Namespace(def string) string {
 	if k.ConfigFlags.Namespace != nil && *k.ConfigFlags.Namespace != "" {
 		return *k.ConfigFlags.Namespace

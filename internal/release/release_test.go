@@ -208,3 +208,20 @@ func TestReadStateOfThisCheckout(t *testing.T) {
 		t.Errorf("SOURCE_DATE_EPOCH ignored: %v %v", s.Date, err)
 	}
 }
+
+// TestReleasedBinariesTypeCheckOnEveryPlatform catches Linux-only code
+// (syscall fields, say) reaching a binary released for darwin, before
+// `make release` does: go vet type-checks each for each platform.
+func TestReleasedBinariesTypeCheckOnEveryPlatform(t *testing.T) {
+	if testing.Short() {
+		t.Skip("type-checks for three platforms")
+	}
+	for _, p := range CLIPlatforms {
+		cmd := exec.Command("go", "vet", CLI.Package, Plugin.Package)
+		cmd.Dir = "../.."
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Arch)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", p, err, out)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/internal/sandbox"
 	"rebound/pkg/peering"
@@ -95,22 +96,20 @@ func TestCLIKubeconfig(t *testing.T) {
 		}
 	})
 
-	// The agent: two other nodes in the peer set, BIRD down; --once with
-	// --bird-binary stages the mesh file after bird -p accepts it. The
-	// file names the peers: the agent read the Nodes from this API.
-	for _, name := range c.NodeNames[1:] {
-		var n corev1.Node
-		if err := cl.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
-			t.Fatal(err)
-		}
-		patch := client.MergeFrom(n.DeepCopy())
-		if n.Labels == nil {
-			n.Labels = map[string]string{}
-		}
-		n.Labels[peering.LabelInSet] = "true"
-		if err := cl.Patch(ctx, &n, patch); err != nil {
-			t.Fatal(err)
-		}
+	// The agent: the controller's published peer set names the three
+	// nodes, BIRD is down; --once with --bird-binary stages the mesh file
+	// after bird -p accepts it. The file names the two other peers: the
+	// agent read the set from this API.
+	applyFiles(ctx, t, cl, false, repoPath("deploy/controller/namespace.yaml"))
+	set := peering.PeerSet{Version: peering.PeerSetVersion, Generation: 1, PublishedAt: time.Now().UTC().Truncate(time.Second), Floor: len(c.NodeNames)}
+	for i, name := range c.NodeNames {
+		set.Peers = append(set.Peers, peering.PublishedPeer{Name: name, Address: netip.AddrFrom4([4]byte{127, 0, 10, byte(i + 1)}), Ready: true, Reason: peering.InReady})
+	}
+	if err := cl.Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: peering.DefaultPeerSetNamespace, Name: peering.DefaultPeerSetName},
+		Data:       map[string]string{peering.PeerSetKey: set.Encode()},
+	}); err != nil {
+		t.Fatal(err)
 	}
 	agentRun := func(t *testing.T, env []string, flags ...string) {
 		t.Helper()
