@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"rebound/internal/sandbox"
+	"rebound/internal/scale"
+)
+
+func runScale(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
+	var (
+		nodesFlag   = fs.String("nodes", "100,300,1000", "cluster sizes to measure, comma-separated; one size runs in a few minutes")
+		podsPerNode = fs.Int("pods-per-node", 20, "pods per node besides the rescued ones (a DaemonSet pod and Deployments of 64 replicas)")
+		critical    = fs.Int("critical", 200, "critical single-replica Deployments placed on the nodes that die")
+		victims     = fs.Int("victims", 0, "nodes that die (0: 100, or 60% of a smaller cluster)")
+		steady      = fs.Duration("steady", time.Minute, "how long the idle controller is watched")
+		fast        = fs.Bool("fast", false, "use the tests' short timings (lease 8s, grace 12s) instead of upstream's (40s, 50s); heavier on the apiserver")
+		bin         = fs.String("rebound", "", "the rebound binary to run as the controller (default: built from this checkout)")
+		output      = fs.String("o", "text", "output: text (table and METRIC lines) or json")
+	)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: rebound-bench scale [flags]
+
+Runs rebound's recovery controller, as its own process, on a sandbox of N kwok
+nodes with about 20 pods per node, and measures: its memory at rest and its
+peak during a rescue, CPU per minute at rest, its API requests per minute at
+rest by verb (from the apiserver's audit log), the time from each stranded
+pod's policy deadline to rebound's delete for critical pods on nodes that die
+in a PartialDisruption zone, and the mean planning pass. The sandbox's own
+processes (apiserver, etcd, kwok, ...) are measured too: they are what limits
+the size on a small machine.
+
+  rebound-bench scale --nodes 100          # one size, a few minutes
+  rebound-bench scale                      # 100, 300 and 1,000 nodes
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *output != "text" && *output != "json" {
+		return fmt.Errorf("-o %q: use text or json", *output)
+	}
+	var sizes []int
+	for _, s := range strings.Split(*nodesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 10 || n > sandbox.MaxNodes {
+			return fmt.Errorf("--nodes %q: each size must be a number from 10 to %d", *nodesFlag, sandbox.MaxNodes)
+		}
+		sizes = append(sizes, n)
+	}
+	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Progress: os.Stderr})
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "rebound-bench-scale-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if *bin == "" {
+		if *bin, err = scale.BuildRebound(ctx, tmp); err != nil {
+			return err
+		}
+	}
+	timings := sandbox.DefaultTimings()
+	if *fast {
+		timings = sandbox.FastTimings()
+	}
+
+	var results []scale.Result
+	for _, n := range sizes {
+		o := scale.Options{Nodes: n, Victims: *victims, CriticalPods: *critical, PodsPerNode: *podsPerNode, Steady: *steady, ReboundBin: *bin, Progress: os.Stderr}
+		fmt.Fprintf(os.Stderr, "scale: %d nodes\n", n)
+		res, err := measureSize(ctx, bins, filepath.Join(tmp, strconv.Itoa(n)), o, timings)
+		if err != nil {
+			return fmt.Errorf("%d nodes: %w", n, err)
+		}
+		results = append(results, res)
+		if *output == "text" {
+			printScaleMetrics(os.Stdout, o, res)
+		}
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(results)
+	}
+	printScaleTable(os.Stdout, results)
+	return nil
+}
+
+func measureSize(ctx context.Context, bins sandbox.Binaries, dir string, o scale.Options, timings sandbox.Timings) (scale.Result, error) {
+	opts, err := scale.SandboxOptions(o, timings)
+	if err != nil {
+		return scale.Result{}, err
+	}
+	opts.Dir, opts.Binaries, opts.Progress = dir, bins, os.Stderr
+	t0 := time.Now()
+	c, err := sandbox.Start(ctx, opts)
+	if err != nil {
+		return scale.Result{}, err
+	}
+	defer c.Stop()
+	fmt.Fprintf(os.Stderr, "  sandbox of %d nodes up in %s\n", o.Nodes, time.Since(t0).Round(time.Second))
+	return scale.Run(ctx, c, o)
+}
+
+func printScaleMetrics(w io.Writer, o scale.Options, r scale.Result) {
+	p := fmt.Sprintf("scale%d_", r.Nodes)
+	fmt.Fprintf(w, "CONFIG %spods_per_node=%d count\n", p, o.PodsPerNode)
+	fmt.Fprintf(w, "CONFIG %scritical_pods=%d count\n", p, o.CriticalPods)
+	fmt.Fprintf(w, "METRIC %spods=%d count\n", p, r.Pods)
+	fmt.Fprintf(w, "METRIC %spopulate_seconds=%.0f s\n", p, r.Population.Took.Seconds())
+	fmt.Fprintf(w, "METRIC %scontroller_rss_steady=%.1f MiB\n", p, r.SteadyRSSMiB)
+	fmt.Fprintf(w, "METRIC %scontroller_rss_peak=%.1f MiB\n", p, r.PeakRSSMiB)
+	fmt.Fprintf(w, "METRIC %scontroller_cpu_per_min=%.2f s\n", p, r.CPUPerMin)
+	fmt.Fprintf(w, "METRIC %sidle_requests_per_min=%.1f count\n", p, r.Idle.PerMinute(total(r.Idle.ByVerb)))
+	fmt.Fprintf(w, "METRIC %sidle_writes_per_min=%.1f count\n", p, r.Idle.PerMinute(r.Idle.Writes))
+	fmt.Fprintf(w, "METRIC %sidle_lease_renewals_per_min=%.1f count\n", p, r.Idle.PerMinute(r.Idle.LeaseWrites))
+	fmt.Fprintf(w, "METRIC %sstranded_pods=%d count\n", p, r.Stranded)
+	fmt.Fprintf(w, "METRIC %sdeleted_pods=%d count\n", p, r.Deleted)
+	fmt.Fprintf(w, "METRIC %srepeated_deletes=%d count\n", p, r.Repeated)
+	fmt.Fprintf(w, "METRIC %sdeadline_to_delete_p50=%.3f s\n", p, r.P50)
+	fmt.Fprintf(w, "METRIC %sdeadline_to_delete_p99=%.3f s\n", p, r.P99)
+	fmt.Fprintf(w, "METRIC %spass_ms=%.1f ms\n", p, r.PassMs)
+	for _, name := range sortedKeys(r.Components) {
+		u := r.Components[name]
+		fmt.Fprintf(w, "METRIC %s%s_rss=%.0f MiB\n", p, metricName(name), u.RSSMiB)
+		fmt.Fprintf(w, "METRIC %s%s_cpu_per_min=%.1f s\n", p, metricName(name), u.CPUPerMin)
+	}
+}
+
+func printScaleTable(w io.Writer, rs []scale.Result) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "nodes\tpods\tRSS steady MiB\tRSS peak MiB\tCPU s/min\tidle req/min\tidle writes/min\tdeleted/stranded\tdeadline→delete p50 s\tp99 s\tpass ms\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.2f\t%.1f\t%.1f\t%d/%d\t%.3f\t%.3f\t%.1f\t\n", r.Nodes, r.Pods, r.SteadyRSSMiB, r.PeakRSSMiB, r.CPUPerMin,
+			r.Idle.PerMinute(total(r.Idle.ByVerb)), r.Idle.PerMinute(r.Idle.Writes), r.Deleted, r.Stranded, r.P50, r.P99, r.PassMs)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "nodes\tidle requests by verb (per min; lease renewals of leader election included)\tsandbox at rest: RSS MiB / CPU s per min")
+	for _, r := range rs {
+		var verbs, comps []string
+		for _, v := range sortedKeys(r.Idle.ByVerb) {
+			verbs = append(verbs, fmt.Sprintf("%s %.1f", v, r.Idle.PerMinute(r.Idle.ByVerb[v])))
+		}
+		for _, name := range sortedKeys(r.Components) {
+			u := r.Components[name]
+			comps = append(comps, fmt.Sprintf("%s %.0f/%.1f", name, u.RSSMiB, u.CPUPerMin))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", r.Nodes, strings.Join(verbs, ", "), strings.Join(comps, ", "))
+	}
+	tw.Flush()
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func metricName(component string) string { return strings.ReplaceAll(component, "-", "_") }
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
