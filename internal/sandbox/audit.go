@@ -28,7 +28,7 @@ type AuditEvent struct {
 	// ResponseComplete stage); RequestReceivedTimestamp when it arrived.
 	StageTimestamp           metav1.MicroTime `json:"stageTimestamp"`
 	RequestReceivedTimestamp metav1.MicroTime `json:"requestReceivedTimestamp"`
-	User  struct {
+	User                     struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ObjectRef struct {
