@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"rebound/internal/cli"
 	"rebound/pkg/diagnose"
 )
 
@@ -45,6 +46,6 @@ Install: put the kubectl-rebound binary on PATH (go build -o ~/bin/kubectl-rebou
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(diagnose.NewCommand())
+	root.AddCommand(diagnose.NewCommand(), cli.NewVersionCommand())
 	return root
 }

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"rebound/internal/agent"
+	"rebound/internal/birdlab"
+	"rebound/internal/birdproc"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdlab"
-	"rebound/pkg/peering/bird/birdproc"
 )
 
 // s4Result is one run: a lab of n nodes, dead of them killed, node B

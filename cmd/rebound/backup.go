@@ -9,19 +9,20 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 
+	"rebound/internal/cli"
 	"rebound/pkg/etcdsnapshot"
 	"rebound/pkg/restore"
 )
 
 func newBackupCommand() *cobra.Command {
 	var (
-		etcd       etcdsnapshot.ClientOptions
-		outFile    string
-		prefix     string
-		kubeconfig string
-		sel        selectionFlags
-		timeout    time.Duration
-		out        outputFlag
+		etcd    etcdsnapshot.ClientOptions
+		outFile string
+		prefix  string
+		kube    *cli.KubeFlags
+		sel     selectionFlags
+		timeout time.Duration
+		out     outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "backup",
@@ -47,7 +48,11 @@ Exit codes: 0 saved, 1 other failure (etcd unreachable...), 2 bad input (nothing
 			if etcd.Endpoint == "" || outFile == "" {
 				return restore.BadInputf("--etcd-endpoint and --out are required")
 			}
-			if sel.given() && kubeconfig == "" {
+			// Only an explicit cluster flag makes the backup read the
+			// API: on a control-plane host the etcd snapshot alone is
+			// what matters, and a stray ~/.kube/config must not fail it.
+			useAPI := cmd.Flags().Changed("kubeconfig") || cmd.Flags().Changed("context") || cmd.Flags().Changed("server")
+			if sel.given() && !useAPI {
 				return restore.BadInputf("--policy, --workload and --workloads-file need --kubeconfig to look the workloads up")
 			}
 			selection, err := sel.load()
@@ -55,10 +60,10 @@ Exit codes: 0 saved, 1 other failure (etcd unreachable...), 2 bad input (nothing
 				return err
 			}
 			opts := restore.BackupOptions{Etcd: etcd, Out: outFile, EtcdPrefix: prefix, Selection: selection}
-			if kubeconfig != "" {
-				cfg, err := restConfig(kubeconfig)
+			if useAPI {
+				cfg, err := kube.RESTConfig("rebound-backup")
 				if err != nil {
-					return err
+					return restore.BadInput(err)
 				}
 				if opts.Client, err = kubernetes.NewForConfig(cfg); err != nil {
 					return err
@@ -82,7 +87,8 @@ Exit codes: 0 saved, 1 other failure (etcd unreachable...), 2 bad input (nothing
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "time the whole backup may take")
 	f.StringVar(&outFile, "out", "", "snapshot file to write; must not exist (required). Metadata goes to FILE"+restore.MetadataSuffix)
 	f.StringVar(&prefix, "etcd-prefix", "/registry", "kube-apiserver's --etcd-prefix, to find the nodes in etcd")
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig to record the essential workloads (optional; only this flag is read)")
+	kube = cli.AddKubeFlags(cmd, cli.Omit{Namespace: true})
+	f.Lookup("kubeconfig").Usage = "kubeconfig to record the essential workloads (optional: without --kubeconfig, --context or --server the backup reads only etcd)"
 	sel.register(cmd)
 	out.register(cmd)
 	cmd.SetFlagErrorFunc(badFlag)

@@ -69,7 +69,7 @@ current-context: c
 		want string
 	}{
 		{[]string{"--kubeconfig", kubeconfig}, "cannot reach the Kubernetes API at " + server + ": connection refused"},
-		{[]string{"--kubeconfig", kubeconfig, "-o", "yaml"}, `--output "yaml" is not supported`},
+		{[]string{"--kubeconfig", kubeconfig, "-o", "xml"}, `--output "xml" is not supported`},
 		{[]string{"--no-such-flag"}, "unknown flag: --no-such-flag"},
 		{[]string{"--kubeconfig", kubeconfig, "--unhealthy-zone-threshold", "-1"}, "--unhealthy-zone-threshold"},
 	}

@@ -13,6 +13,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"rebound/internal/cli"
+	"rebound/internal/cli/agentcmd"
+	"rebound/internal/cli/controllercmd"
 )
 
 func main() {
@@ -51,6 +55,6 @@ the failure:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newSandboxCommand(), newDemoCommand(), newControllerCommand(), newAgentCommand(), newRestoreCommand(), newBackupCommand(), newPolicyCommand(), newDiagnoseCommand())
+	root.AddCommand(cli.NewVersionCommand(), newSandboxCommand(), newDemoCommand(), controllercmd.NewCommand(), agentcmd.NewCommand(), newRestoreCommand(), newBackupCommand(), newPolicyCommand(), newDiagnoseCommand())
 	return root
 }

@@ -50,7 +50,7 @@ func TestPolicyValidate(t *testing.T) {
 }
 
 func TestOutputFlagRejectsUnknownFormat(t *testing.T) {
-	_, _, err := run(t, "version", "-o", "yaml")
+	_, _, err := run(t, "version", "-o", "xml")
 	if err == nil || !strings.Contains(err.Error(), "--output") {
 		t.Fatalf("err = %v, want an error naming --output", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 
+	"rebound/internal/cli"
 	"rebound/pkg/etcdsnapshot"
 	"rebound/pkg/restore"
 )
@@ -97,7 +98,7 @@ func (s *selectionFlags) load() (restore.Selection, error) {
 
 func newRestoreBringupCommand() *cobra.Command {
 	var (
-		kubeconfig  string
+		kube        *cli.KubeFlags
 		sel         selectionFlags
 		base        time.Duration
 		perNode     time.Duration
@@ -157,9 +158,9 @@ Exit codes: 0 every workload available (or --dry-run), 1 other failure,
 			if replacement <= 0 {
 				return restore.BadInputf("--replacement-timeout must be positive, got %s", replacement)
 			}
-			cfg, err := restConfig(kubeconfig)
+			cfg, err := kube.RESTConfig("rebound-restore")
 			if err != nil {
-				return err
+				return restore.BadInput(err)
 			}
 			client, err := kubernetes.NewForConfig(cfg)
 			if err != nil {
@@ -195,7 +196,7 @@ Exit codes: 0 every workload available (or --dry-run), 1 other failure,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
+	kube = cli.AddKubeFlags(cmd, cli.Omit{Namespace: true})
 	sel.register(cmd)
 	f.DurationVar(&base, "timeout-base", restore.DefaultTimeoutBase, "deadline base (see above)")
 	f.DurationVar(&perNode, "timeout-per-node", restore.DefaultTimeoutPerNode, "deadline added per node of the cluster (see above)")

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/internal/sandbox"
+	"rebound/pkg/kubestatus"
 )
 
 func defaultSandboxDir() string {
@@ -193,7 +194,7 @@ func newSandboxStatusCommand() *cobra.Command {
 					for _, t := range n.Spec.Taints {
 						taints = append(taints, t.Key+":"+string(t.Effect))
 					}
-					st.Nodes = append(st.Nodes, nodeStatus{Name: n.Name, Ready: sandbox.NodeReady(n), Heartbeat: n.Labels[sandbox.HeartbeatLabel], Taints: strings.Join(taints, ",")})
+					st.Nodes = append(st.Nodes, nodeStatus{Name: n.Name, Ready: kubestatus.NodeReady(n), Heartbeat: n.Labels[sandbox.HeartbeatLabel], Taints: strings.Join(taints, ",")})
 				}
 			}
 			return out.print(cmd.OutOrStdout(), st, func() string { return st.text() })

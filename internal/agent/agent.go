@@ -42,6 +42,9 @@ type Agent struct {
 	retryDelay time.Duration
 	lastReport *peering.SessionReport // last one written to the Node
 	warned     map[string]bool        // peers without an address, logged once
+	// starting: BIRD is not running or in graceful-restart recovery, so
+	// the start rule (StartPeers) picks the peers; see start.go.
+	starting bool
 
 	mu      sync.Mutex // guards what the HTTP handlers and Stats read
 	stats   Stats
@@ -77,11 +80,12 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("rebound agent: %w", err)
 	}
 	return &Agent{
-		opts:    opts,
-		log:     opts.Logger.With("node", opts.NodeName),
-		clock:   opts.Clock,
-		trigger: make(chan struct{}, 1),
-		warned:  map[string]bool{},
+		opts:     opts,
+		log:      opts.Logger.With("node", opts.NodeName),
+		clock:    opts.Clock,
+		trigger:  make(chan struct{}, 1),
+		warned:   map[string]bool{},
+		starting: true,
 	}, nil
 }
 
@@ -211,7 +215,7 @@ func (a *Agent) nextRetry() time.Duration {
 
 // sync applies the current set; false asks for a retry.
 func (a *Agent) sync(ctx context.Context) bool {
-	peers := a.currentPeers()
+	peers := a.desiredPeers(ctx)
 	outcome, err := a.syncer.Sync(ctx, peers)
 	a.mu.Lock()
 	a.peers = peers
@@ -260,7 +264,7 @@ func (a *Agent) sync(ctx context.Context) bool {
 // syncOnce is --once: one sync; success is a reload, an unchanged file,
 // or a file staged for BIRD's start.
 func (a *Agent) syncOnce(ctx context.Context) error {
-	peers := a.currentPeers()
+	peers := a.desiredPeers(ctx)
 	outcome, err := a.syncer.Sync(ctx, peers)
 	a.mu.Lock()
 	a.peers = peers
@@ -274,13 +278,31 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 	return fmt.Errorf("rebound agent --once: %s: %w", outcome, err)
 }
 
-// currentPeers lists the set from the informer's cache, without this node.
-func (a *Agent) currentPeers() []bird.Peer {
+// desiredPeers is what to render now: the published set, or, while BIRD
+// starts, the start rule's part of it.
+func (a *Agent) desiredPeers(ctx context.Context) []bird.Peer {
 	nodes, err := a.lister.List(labels.Everything())
 	if err != nil {
 		a.log.Error("list the peer set from the cache", "error", err)
 		return nil
 	}
+	peers := a.setPeers(nodes)
+	if a.starting && !a.opts.Once && !a.birdStarting(ctx) {
+		a.starting = false
+	}
+	if !a.starting {
+		return peers
+	}
+	start := StartPeers(a.startView(ctx, nodes, peers, a.clock.Now()))
+	if len(start) < len(peers) {
+		a.log.Info("BIRD is starting: peers without evidence of life left out until its recovery ends",
+			"start", peerNames(start), "set", peerNames(peers))
+	}
+	return start
+}
+
+// setPeers lists the set from the informer's cache, without this node.
+func (a *Agent) setPeers(nodes []*corev1.Node) []bird.Peer {
 	peers := make([]bird.Peer, 0, len(nodes))
 	for _, n := range nodes {
 		if n.Name == a.opts.NodeName || !kube.InSet(n) {
@@ -309,6 +331,11 @@ func (a *Agent) poll(ctx context.Context) {
 	a.mu.Unlock()
 	if !synced {
 		return // the set is not known to BIRD yet: nothing to say
+	}
+	if a.starting && !a.birdStarting(ctx) {
+		// BIRD's recovery is over: render the whole set from now on.
+		a.starting = false
+		a.kick()
 	}
 	now := a.clock.Now()
 	report := peering.SessionReport{Time: now}

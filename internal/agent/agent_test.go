@@ -25,6 +25,7 @@ import (
 func node(name, addr string, inSet bool) *corev1.Node {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{peering.AnnotationCalicoIPv4: addr + "/24"}},
+		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
 	}
 	if inSet {
 		n.Labels[peering.LabelInSet] = "true"
@@ -241,5 +242,29 @@ func TestAgentOnceAppliesTheSetAndReturns(t *testing.T) {
 	}
 	if got := fc.seen[len(fc.seen)-1]; !strings.Contains(got, "Mesh_10_0_0_2") || strings.Contains(got, "Mesh_10_0_0_3") {
 		t.Errorf("applied include is not the set:\n%s", got)
+	}
+}
+
+// TestAgentOnceLeavesOutNotReadyPeersInGrace: BIRD's start renders only
+// peers with evidence of life (the start rule), whatever the set says
+// about a NotReady peer in its grace period.
+func TestAgentOnceLeavesOutNotReadyPeersInGrace(t *testing.T) {
+	dead := node("node-c", "10.0.0.3", true) // in the set: NotReady, in grace
+	dead.Status.Conditions[0].Status = corev1.ConditionFalse
+	client := fake.NewClientset(node("node-a", "10.0.0.1", true), node("node-b", "10.0.0.2", true), dead)
+	path := filepath.Join(t.TempDir(), "mesh.conf")
+	fc := &fakeControl{path: path}
+	a, err := New(Options{
+		NodeName: "node-a", Client: client, MeshPath: path, Socket: "/run/bird.ctl", AS: 64512, Once: true,
+		Control: fc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := fc.seen[len(fc.seen)-1]; !strings.Contains(got, "Mesh_10_0_0_2") || strings.Contains(got, "Mesh_10_0_0_3") {
+		t.Errorf("BIRD's start config must have the Ready node-b and not the NotReady node-c:\n%s", got)
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"rebound/internal/birdlab"
+	"rebound/internal/birdtest"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdlab"
-	"rebound/pkg/peering/bird/birdtest"
 )
 
 // TestLiveSyncerKeepsLastGoodConfig runs the Syncer against real BIRD 1.6

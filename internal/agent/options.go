@@ -91,6 +91,14 @@ type Options struct {
 	// configuration (--import-filter, --export-filter).
 	ImportFilter string
 	ExportFilter string
+	// BFD runs a BFD session with every peer (--bfd, on by default on the
+	// command line; off in the zero Options, since several BIRD 1.6 on
+	// one host cannot share BFD's ports). BFDInterval and BFDMultiplier
+	// tune them (--bfd-interval, --bfd-multiplier; 0 means bird's
+	// defaults, 300 ms x 3).
+	BFD           bool
+	BFDInterval   time.Duration
+	BFDMultiplier int
 
 	// Debounce collects changes of the set for this long before one reload
 	// (--debounce). RetryInterval is the first wait after a failed reload,
@@ -241,5 +249,14 @@ func (o Options) meshBase() bird.MeshConfig {
 		ListenPort:          o.ListenPort,
 		ImportFilter:        o.ImportFilter,
 		ExportFilter:        o.ExportFilter,
+		BFD:                 o.bfd(),
 	}
+}
+
+// bfd is the mesh's BFD setting: nil when turned off.
+func (o Options) bfd() *bird.BFD {
+	if !o.BFD {
+		return nil
+	}
+	return &bird.BFD{Interval: o.BFDInterval, Multiplier: o.BFDMultiplier}
 }

@@ -7,9 +7,9 @@ import (
 	"io"
 	"sync"
 
+	"rebound/internal/birdproc"
 	"rebound/internal/scenario"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdproc"
 )
 
 var s4Info = ScenarioInfo{

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"rebound/pkg/kubestatus"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,7 +60,7 @@ func (c *Cluster) WaitNodeReady(ctx context.Context, name string, ready bool, ti
 		if err != nil {
 			return false, nil //nolint:nilerr // keep polling through apiserver hiccups
 		}
-		return NodeReady(n) == ready, nil
+		return kubestatus.NodeReady(n) == ready, nil
 	})
 	if err != nil {
 		want := "Ready"
@@ -68,14 +70,4 @@ func (c *Cluster) WaitNodeReady(ctx context.Context, name string, ready bool, ti
 		return fmt.Errorf("sandbox: node %s not %s within %s: %w", name, want, timeout, err)
 	}
 	return nil
-}
-
-// NodeReady reports whether the node's Ready condition is True.
-func NodeReady(n *corev1.Node) bool {
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

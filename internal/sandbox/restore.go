@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"rebound/pkg/etcdsnapshot"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/zone"
 )
 
@@ -194,7 +195,7 @@ func (c *Cluster) waitRestoredNodes(ctx context.Context, spec *restoreSpec, sinc
 				return false, nil //nolint:nilerr // keep polling until kwok renews it
 			}
 			n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			return err == nil && NodeReady(n), nil
+			return err == nil && kubestatus.NodeReady(n), nil
 		})
 		if err != nil {
 			return fmt.Errorf("sandbox: restored node %s did not heartbeat within %s (see %s): %w", name, timeout, c.LogPath(Kwok), err)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"rebound/internal/sandbox"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/zone"
 )
 
@@ -143,7 +144,7 @@ func (o *Observer) read(ctx context.Context) (Snapshot, error) {
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		ns := NodeState{Ready: sandbox.NodeReady(n)}
+		ns := NodeState{Ready: kubestatus.NodeReady(n)}
 		for _, t := range n.Spec.Taints {
 			if t.Effect == corev1.TaintEffectNoExecute && (t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady) {
 				ns.NoExecute = true
@@ -175,7 +176,7 @@ func (o *Observer) read(ctx context.Context) (Snapshot, error) {
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		s.Pods = append(s.Pods, PodState{Name: p.Name, Node: p.Spec.NodeName, Ready: podReady(p), Terminating: p.DeletionTimestamp != nil})
+		s.Pods = append(s.Pods, PodState{Name: p.Name, Node: p.Spec.NodeName, Ready: kubestatus.PodReady(p), Terminating: p.DeletionTimestamp != nil})
 	}
 	sort.Slice(s.Pods, func(i, j int) bool { return s.Pods[i].Name < s.Pods[j].Name })
 	return s, nil
@@ -255,15 +256,6 @@ func readyWord(ready bool) string {
 		return "Ready"
 	}
 	return "NotReady"
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -17,6 +17,7 @@ import (
 
 	"rebound/internal/sandbox"
 	"rebound/pkg/etcdsnapshot"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/restore"
 )
 
@@ -255,7 +256,7 @@ func (w *s2Watch) poll(ctx context.Context, client kubernetes.Interface) {
 		}
 		for i := range list.Items {
 			p := &list.Items[i]
-			pods[p.Name] = PodState{Name: p.Name, Node: p.Spec.NodeName, Ready: podReady(p), Terminating: p.DeletionTimestamp != nil}
+			pods[p.Name] = PodState{Name: p.Name, Node: p.Spec.NodeName, Ready: kubestatus.PodReady(p), Terminating: p.DeletionTimestamp != nil}
 		}
 	}
 	w.mu.Lock()

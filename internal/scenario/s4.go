@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"rebound/internal/agent"
+	"rebound/internal/birdlab"
+	"rebound/internal/birdproc"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdlab"
-	"rebound/pkg/peering/bird/birdproc"
 )
 
 // S4 is the seed's BGP graceful-restart stall, on real BIRD daemons (no

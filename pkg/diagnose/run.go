@@ -9,8 +9,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"rebound/internal/cli"
 	"rebound/pkg/peering"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
@@ -111,15 +111,15 @@ func Run(ctx context.Context, opts Options) (Report, int, error) {
 	return r, ExitOK, nil
 }
 
-// loadConfig loads a kubeconfig the usual way: the path, $KUBECONFIG,
-// ~/.kube/config, then the in-cluster service account.
+// loadConfig loads a kubeconfig the way the command line does
+// (internal/cli): the path, $KUBECONFIG, ~/.kube/config, then the
+// in-cluster service account.
 func loadConfig(path, context string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = path
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+	k := cli.NewKubeFlags()
+	k.KubeConfig, k.Context = &path, &context
+	cfg, err := k.RESTConfig("rebound-diagnose")
 	if err != nil {
-		return nil, &Error{Code: ExitCannotRead, Err: err,
-			Msg: "no Kubernetes API to talk to: " + oneLine(err.Error()) + " (pass --kubeconfig, set KUBECONFIG, or run in a pod)"}
+		return nil, &Error{Code: ExitCannotRead, Err: err, Msg: oneLine(err.Error())}
 	}
 	return cfg, nil
 }
@@ -130,7 +130,8 @@ func loadConfig(path, context string) (*rest.Config, error) {
 func NewCommand() *cobra.Command {
 	var (
 		opts   Options
-		output string
+		kube   *cli.KubeFlags
+		output cli.Output
 	)
 	zc := zone.DefaultConfig()
 	cmd := &cobra.Command{
@@ -186,18 +187,26 @@ Exit codes:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return &Error{Code: ExitCannotRead, Msg: fmt.Sprintf("--output %q is not supported: use text or json", output)}
+			if err := output.Validate(); err != nil {
+				return &Error{Code: ExitCannotRead, Msg: err.Error(), Err: err}
 			}
 			opts.ZoneConfig = zc
+			cfg, err := kube.RESTConfig("rebound-diagnose")
+			if err != nil {
+				return &Error{Code: ExitCannotRead, Msg: oneLine(err.Error()), Err: err}
+			}
+			opts.Config = cfg
 			r, code, err := Run(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
-			if output == "json" {
+			switch output.Format {
+			case "json":
 				err = WriteJSON(w, r)
-			} else {
+			case "yaml":
+				err = output.Print(w, r, nil)
+			default:
 				err = WriteText(w, r)
 			}
 			if err != nil {
@@ -213,9 +222,8 @@ Exit codes:
 		return &Error{Code: ExitCannotRead, Msg: err.Error() + " (see --help)", Err: err}
 	})
 	f := cmd.Flags()
-	f.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
-	f.StringVar(&opts.Context, "context", "", "kubeconfig context to use (default: the current context)")
-	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
+	kube = cli.AddKubeFlags(cmd, cli.Omit{Namespace: true})
+	output.Register(cmd)
 	f.DurationVar(&opts.Timeout, "timeout", DefaultTimeout, "give up on a request to the API server after this long")
 	f.Float64Var(&zc.UnhealthyZoneThreshold, "unhealthy-zone-threshold", zc.UnhealthyZoneThreshold, "kube-controller-manager's --unhealthy-zone-threshold")
 	f.Int32Var(&zc.LargeClusterSizeThreshold, "large-cluster-size-threshold", zc.LargeClusterSizeThreshold, "kube-controller-manager's --large-cluster-size-threshold")

@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
 )
@@ -34,20 +35,13 @@ type workloadSpec struct {
 	waitsForOldPod bool
 }
 
-func replicas(p *int32) int32 {
-	if p == nil {
-		return 1
-	}
-	return *p
-}
-
 func (e *explainer) explainWorkloads() {
 	var specs []workloadSpec
 	for _, d := range e.s.Deployments {
 		if d == nil {
 			continue
 		}
-		desired := replicas(d.Spec.Replicas)
+		desired := kubestatus.Replicas(d.Spec.Replicas)
 		if v, ok := d.Annotations[rescue.ScaleBounceAnnotation]; ok && desired == 0 {
 			e.addWorkload(Workload{
 				Kind: "Deployment", Namespace: d.Namespace, Name: d.Name, Desired: 0, Available: d.Status.AvailableReplicas,
@@ -73,7 +67,7 @@ func (e *explainer) explainWorkloads() {
 		if s == nil {
 			continue
 		}
-		desired := replicas(s.Spec.Replicas)
+		desired := kubestatus.Replicas(s.Spec.Replicas)
 		if s.Status.AvailableReplicas >= desired {
 			continue
 		}
@@ -144,7 +138,7 @@ func (e *explainer) judge(w workloadSpec) {
 		case p.Spec.NodeName == "":
 			live++
 			unscheduled = append(unscheduled, p)
-		case !podReady(p):
+		case !kubestatus.PodReady(p):
 			live++
 			failing = append(failing, p)
 		default:
@@ -327,15 +321,6 @@ func failingCause(p *corev1.Pod) cause {
 	}
 	return cause{impact: ImpactPending, since: p.CreationTimestamp.Time,
 		text: fmt.Sprintf("pod %s on node %s is not Ready yet", p.Name, p.Spec.NodeName)}
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func nodesOf(pods []*corev1.Pod) string {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,6 +58,47 @@ func (k ActionKind) EventReason() string {
 // replica count to restore.
 const ScaleBounceAnnotation = "rebound.dev/scale-bounce-replicas"
 
+// ScaleBouncedForAnnotation records, on a Deployment rebound scale-bounced,
+// the start of the incident the bounce was for: the stranded pod's node's
+// NotReady transition (Ready condition lastTransitionTime, RFC 3339). It is
+// written in the same update as the scale-down and kept after the restore,
+// so that the Deployment itself remembers "bounced once for this
+// incident", however many records status.lastActions has dropped since and
+// however often the controller restarted. A later incident (a node NotReady
+// after that time) may bounce again.
+const ScaleBouncedForAnnotation = "rebound.dev/scale-bounced-for"
+
+// BouncedFor reads ScaleBouncedForAnnotation. ok is false without the
+// annotation; err is set when it is there but not a time, which callers
+// must treat as "already bounced" (fail closed).
+func BouncedFor(annotations map[string]string) (t time.Time, ok bool, err error) {
+	v, ok := annotations[ScaleBouncedForAnnotation]
+	if !ok {
+		return time.Time{}, false, nil
+	}
+	t, err = time.Parse(time.RFC3339, v)
+	return t, true, err
+}
+
+// BounceCovers reports whether a Deployment's annotations already record a
+// bounce for an incident that started at since (or later), and says so.
+// The planner and the executor (on the Deployment it re-reads from the API)
+// both apply it.
+func BounceCovers(annotations map[string]string, since time.Time) (string, bool) {
+	t, ok, err := BouncedFor(annotations)
+	switch {
+	case !ok:
+		return "", false
+	case err != nil:
+		return fmt.Sprintf("annotation %s=%q is not an RFC 3339 time, so rebound assumes a bounce was done; remove it to allow another scale bounce",
+			ScaleBouncedForAnnotation, annotations[ScaleBouncedForAnnotation]), true
+	case !since.After(t):
+		return fmt.Sprintf("already scale-bounced once for this incident (annotation %s=%s, node NotReady since %s): not repeated; look at why the replacement is not available",
+			ScaleBouncedForAnnotation, formatTime(t), formatTime(since)), true
+	}
+	return "", false
+}
+
 // Action is one change to apply. Namespace/Name/Kind identify it: applying
 // the same plan twice finds the change already made (preconditions fail or
 // the next plan no longer lists it).
@@ -79,6 +121,9 @@ type Action struct {
 	Pod, Node string
 	// Replicas is the count to save (ScaleDown) or restore (ScaleRestore).
 	Replicas int32
+	// Incident is, for ScaleDown, when the stranded pod's node went
+	// NotReady: the value of ScaleBouncedForAnnotation.
+	Incident time.Time
 	// DryRun: the policy is in dry run; log the action, change nothing.
 	DryRun bool
 	// Reason names the rule, fit for an Event and a log line.
@@ -219,13 +264,17 @@ func (p *planner) decideStateless(i int, pod *corev1.Pod, rule *policyRule, o ow
 	if !cp.Terminating {
 		switch {
 		case rule.allowDelete:
-			p.propose(i, rule, true, Action{Kind: ActionDelete, Name: pod.Name, UID: pod.UID},
+			p.propose(i, pod, rule, true, Action{Kind: ActionDelete, Name: pod.Name, UID: pod.UID},
 				"stranded %s pod: delete it so that ReplicaSet %s creates a replacement on a Ready node",
 				cp.Workload, o.replicaSet.Name)
 		case rule.allowBounce && d != nil && staleBounce != "":
 			p.report(cp, DecisionReportOnly, "stranded %s pod and DeleteAndReplace is not among the policy's actions; %s", cp.Workload, staleBounce)
 		case rule.allowBounce && d != nil:
-			p.proposeScaleDown(i, rule, true, o,
+			if why, no := bounceRefused(cp, d); no {
+				p.report(cp, DecisionReportOnly, "stranded %s pod and DeleteAndReplace is not among the policy's actions; %s", cp.Workload, why)
+				return
+			}
+			p.proposeScaleDown(i, pod, rule, true, o,
 				"stranded %s pod and DeleteAndReplace is not among the policy's actions: scale bounce", cp.Workload)
 		default:
 			// Only reachable with actions [ScaleBounce] and a ReplicaSet
@@ -259,30 +308,47 @@ func (p *planner) decideStateless(i int, pod *corev1.Pod, rule *policyRule, o ow
 	case staleBounce != "":
 		p.report(cp, DecisionReportOnly, "%s; %s", waiting, staleBounce)
 	default:
-		if at, done := rule.lastScaleBounce(cp.Key()); done {
+		if why, no := bounceRefused(cp, d); no {
 			// A bounce that did not bring the replacement will not do
 			// better the second time; stop rather than churn.
-			p.report(cp, DecisionReportOnly, "%s; a scale bounce for this pod was already done at %s (status.lastActions): not repeated; look at why the replacement is not available",
-				waiting, formatTime(at))
+			p.report(cp, DecisionReportOnly, "%s; %s", waiting, why)
 			return
 		}
-		p.proposeScaleDown(i, rule, false, o, "%s for longer than the replacement timeout %s: scale bounce", waiting, p.defaults.ReplacementTimeout)
+		p.proposeScaleDown(i, pod, rule, false, o, "%s for longer than the replacement timeout %s: scale bounce", waiting, p.defaults.ReplacementTimeout)
 	}
+}
+
+// bounceRefused applies the two rules that keep a scale bounce from doing
+// harm: at most one per incident (read from the Deployment's own
+// annotation), and only when no replica is available (a bounce restarts
+// every replica, so with one available it would take a working service
+// down).
+func bounceRefused(cp *CriticalPod, d *appsv1.Deployment) (string, bool) {
+	if why, covered := BounceCovers(d.Annotations, cp.NotReadySince); covered {
+		return why, true
+	}
+	if n := d.Status.AvailableReplicas; n > 0 {
+		return fmt.Sprintf("Deployment %s has %d replica(s) available: no scale bounce, which would restart them; rebound bounces only a Deployment with none available",
+			d.Name, n), true
+	}
+	return "", false
 }
 
 // proposeScaleDown proposes the first half of a scale bounce of the pod's
 // Deployment.
-func (p *planner) proposeScaleDown(i int, rule *policyRule, starts bool, o owners, format string, args ...any) {
+func (p *planner) proposeScaleDown(i int, pod *corev1.Pod, rule *policyRule, starts bool, o owners, format string, args ...any) {
 	d := o.deployment
 	want := desiredReplicas(d.Spec.Replicas)
-	p.propose(i, rule, starts, Action{
+	since := p.critical[i].NotReadySince
+	p.propose(i, pod, rule, starts, Action{
 		Kind:            ActionScaleDown,
 		Name:            d.Name,
 		UID:             d.UID,
 		ResourceVersion: d.ResourceVersion,
 		Replicas:        want,
-	}, "%s Deployment %s: %d replicas to 0 now (annotation %s=%d), back to %d on the next plan; this restarts every replica",
-		fmt.Sprintf(format, args...), d.Name, want, ScaleBounceAnnotation, want, want)
+		Incident:        since,
+	}, "%s Deployment %s: %d replicas to 0 now (annotation %s=%d, %s=%s), back to %d on the next plan; at most once for this incident",
+		fmt.Sprintf(format, args...), d.Name, want, ScaleBounceAnnotation, want, ScaleBouncedForAnnotation, formatTime(since), want)
 }
 
 // decideStateful applies the rule for pods with identity or exclusive
@@ -294,16 +360,23 @@ func (p *planner) decideStateful(i int, pod *corev1.Pod, node *nodeState, rule *
 	if cp.Workload.Kind != "StatefulSet" {
 		what = fmt.Sprintf("%s pod with exclusive storage (%s)", cp.Workload, cp.Workload.Why)
 	}
+	alive := ""
+	if node.alive != "" {
+		alive = fmt.Sprintf("; node %s appears alive but cut off from the API (%s)", node.node.Name, node.alive)
+	}
 	switch {
 	case rule.fencing == v1alpha1.Never:
-		p.report(cp, DecisionReportOnly, "%s: the policy's fencing mode is Never; rebound reports only", what)
+		p.report(cp, DecisionReportOnly, "%s: the policy's fencing mode is Never; rebound reports only%s", what, alive)
 	case !node.fenced:
-		p.report(cp, DecisionWaitingForFencing, "%s: waiting for fencing; add the %s taint once the node is confirmed off",
-			what, corev1.TaintNodeOutOfService)
+		p.report(cp, DecisionWaitingForFencing, "%s: waiting for fencing; add the %s:NoExecute taint once the node is confirmed off%s",
+			what, corev1.TaintNodeOutOfService, alive)
 	case forceDeleteIssued(pod):
 		p.report(cp, DecisionInFlight, "%s: force delete already issued (grace period 0); the pod's finalizers hold it", what)
+	case alive != "":
+		p.report(cp, DecisionHeld, "%s on node %s, fenced (%s:NoExecute) yet it appears alive (%s): the two signals disagree and a live node may still run the pod, so no force delete (two copies are worse than a stall); confirm the node is off and that its BGP sessions are down",
+			what, node.node.Name, corev1.TaintNodeOutOfService, node.alive)
 	default:
-		p.propose(i, rule, true, Action{Kind: ActionForceDelete, Name: pod.Name, UID: pod.UID},
+		p.propose(i, pod, rule, true, Action{Kind: ActionForceDelete, Name: pod.Name, UID: pod.UID},
 			"%s on fenced node %s (taint %s): force delete (grace period 0) so that %s recreates it on a Ready node",
 			what, node.node.Name, corev1.TaintNodeOutOfService, cp.Workload)
 	}
@@ -312,9 +385,18 @@ func (p *planner) decideStateful(i int, pod *corev1.Pod, node *nodeState, rule *
 // propose turns an action into a candidate for the limits, or into a
 // Suspended decision. The reason gets the stranding summary so that an
 // Event on its own tells the whole story.
-func (p *planner) propose(i int, rule *policyRule, starts bool, a Action, format string, args ...any) {
+func (p *planner) propose(i int, pod *corev1.Pod, rule *policyRule, starts bool, a Action, format string, args ...any) {
 	cp := &p.critical[i]
-	reason := fmt.Sprintf(format, args...) + "; " + strandedSummary(cp, rule.maxUnavailable, p.now)
+	target := p.target(cp, pod)
+	if target == "" {
+		return
+	}
+	reason := fmt.Sprintf(format, args...) + "; " + strandedSummary(cp, rule.maxUnavailable, p.now) +
+		fmt.Sprintf("; Ready node %s admits the replacement", target)
+	if node := p.idx.notReady[cp.Node]; node != nil && node.alive != "" {
+		reason += fmt.Sprintf("; node %s appears alive but cut off from the API (%s): the old copy may run on until the node returns, beside its replacement",
+			cp.Node, node.alive)
+	}
 	if rule.suspended {
 		p.report(cp, DecisionSuspended, "policy %s is suspended, so no action; it would: %s", rule.name, reason)
 		return
@@ -339,26 +421,4 @@ func deletionRequestedAt(pod *corev1.Pod) time.Time {
 func forceDeleteIssued(pod *corev1.Pod) bool {
 	g := pod.DeletionGracePeriodSeconds
 	return pod.DeletionTimestamp != nil && g != nil && *g == 0
-}
-
-// Record returns the status.lastActions entry for the action, taken at now
-// with the given result. Both halves of a scale bounce are recorded as
-// ScaleBounce with the pod they are for: that record is what keeps the
-// planner from bouncing the same Deployment again for the same pod.
-func (a *Action) Record(now time.Time, result string) v1alpha1.ActionRecord {
-	kind := v1alpha1.RecordedDeleteAndReplace
-	switch a.Kind {
-	case ActionForceDelete:
-		kind = v1alpha1.RecordedForceDelete
-	case ActionScaleDown, ActionScaleRestore:
-		kind = v1alpha1.RecordedScaleBounce
-	}
-	reason := a.Reason
-	if len(reason) > 1024 {
-		reason = reason[:1021] + "..."
-	}
-	return v1alpha1.ActionRecord{
-		Time: metav1.NewTime(now), Action: kind, Pod: a.PodRef(), Node: a.Node,
-		Reason: reason, DryRun: a.DryRun, Result: result,
-	}
 }

@@ -138,15 +138,15 @@ func TestPlanForRescueLifecycle(t *testing.T) {
 			},
 		},
 		{
-			name: "scale bounce already recorded for the pod: not repeated",
+			name: "scale bounce already done for this incident (annotation on the Deployment): not repeated",
 			world: func() *world {
 				w := s1(at(5 * time.Minute))
 				terminating(w.s.Pods[0], at(31*time.Second))
-				w.s.Policies[0].Status.LastActions = []v1alpha1.ActionRecord{record(v1alpha1.RecordedScaleBounce, "kube-system/"+coredns, at(95*time.Second))}
+				w.s.Deployments[0].Annotations = map[string]string{ScaleBouncedForAnnotation: "2026-03-01T12:00:00Z"}
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionReportOnly},
-			reasons:   map[string]string{coredns: "a scale bounce for this pod was already done at 2026-03-01T12:01:35Z"},
+			reasons:   map[string]string{coredns: "already scale-bounced once for this incident (annotation rebound.dev/scale-bounced-for=2026-03-01T12:00:00Z, node NotReady since 2026-03-01T12:00:00Z)"},
 		},
 
 		// Scale bounce across a crash: the annotation is the memory.

@@ -22,8 +22,9 @@ import (
 //     to it that could complete, and counting it would let stuck
 //     StatefulSets block every stateless rescue.
 //   - maxActionsPerMinute bounds the actions within any minute, counted
-//     from status.lastActions (real actions only, not dry-run ones) plus
-//     this plan's. status keeps only the last 10 records: when all 10 lie
+//     from status.lastActions (real actions only, not dry-run ones), the
+//     caller's in-memory ledger (Snapshot.RecentActions: what the cache may
+//     not show yet) and this plan's. status keeps only the last 10 records: when all 10 lie
 //     within the minute, older actions of that minute may have been
 //     dropped, so the planner assumes the limit is reached until the oldest
 //     record leaves the window. A limit above 10 per minute therefore acts
@@ -82,7 +83,7 @@ func (p *planner) applyLimits() {
 		cp := &p.critical[c.pod]
 		b := budgets[c.rule]
 		if b == nil {
-			b = &budget{window: c.rule.recentActions(p.now), inFlight: c.rule.report.InFlight}
+			b = &budget{window: c.rule.recentActions(p.now, p.snap.RecentActions), inFlight: c.rule.report.InFlight}
 			b.fullUntil, b.historyFull = c.rule.historyFull(p.now)
 			budgets[c.rule] = b
 		}
@@ -115,7 +116,7 @@ func (p *planner) applyLimits() {
 			p.wake(free)
 		case b.historyFull:
 			p.report(cp, DecisionRateLimited, "status.lastActions holds only its last %d records, all within the last minute, so older actions may count towards maxActionsPerMinute %d; next slot at %s, then: %s",
-				lastActionsCapacity, c.rule.maxPerMinute, formatTime(b.fullUntil), c.act.Reason)
+				LastActionsCapacity, c.rule.maxPerMinute, formatTime(b.fullUntil), c.act.Reason)
 			c.rule.report.RateLimited++
 			p.wake(b.fullUntil)
 		default:
@@ -135,7 +136,7 @@ func (p *planner) applyLimits() {
 		}
 	}
 	for _, r := range p.rules {
-		r.report.ActionsLastMinute = len(r.recentActions(p.now))
+		r.report.ActionsLastMinute = len(r.recentActions(p.now, p.snap.RecentActions))
 	}
 }
 
@@ -147,31 +148,48 @@ func b2i(b bool) int {
 }
 
 // recentActions returns the times of the policy's real (not dry-run)
-// actions within the minute before now, oldest first. They come from
-// status.lastActions, so the rate limit survives a controller restart.
-func (r *policyRule) recentActions(now time.Time) []time.Time {
+// actions within the minute before now, oldest first: those of
+// status.lastActions (so that the rate limit survives a restart) and those
+// of the caller's ledger (so that a cache that has not seen the latest
+// status yet cannot hide them), each action once.
+func (r *policyRule) recentActions(now time.Time, ledger []LedgerEntry) []time.Time {
+	type key struct {
+		at     int64
+		action v1alpha1.RecordedAction
+		pod    string
+	}
+	seen := map[key]bool{}
 	var times []time.Time
-	for _, a := range r.policy.Status.LastActions {
-		if a.DryRun {
-			continue
+	add := func(a *v1alpha1.ActionRecord) {
+		if a.DryRun || now.Sub(a.Time.Time) >= time.Minute {
+			return
 		}
-		if now.Sub(a.Time.Time) < time.Minute {
-			times = append(times, a.Time.Time)
+		// The API keeps a record's time to the second.
+		k := key{a.Time.Unix(), a.Action, a.Pod}
+		if seen[k] {
+			return
+		}
+		seen[k] = true
+		times = append(times, a.Time.Time)
+	}
+	for i := range r.policy.Status.LastActions {
+		add(&r.policy.Status.LastActions[i])
+	}
+	for i := range ledger {
+		if ledger[i].Policy == r.name {
+			add(&ledger[i].Record)
 		}
 	}
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	return times
 }
 
-// lastActionsCapacity is the API's maxItems for status.lastActions.
-const lastActionsCapacity = 10
-
 // historyFull reports whether status.lastActions is at capacity with every
 // record within the minute before now, and when its oldest record leaves
 // that minute.
 func (r *policyRule) historyFull(now time.Time) (until time.Time, full bool) {
 	records := r.policy.Status.LastActions
-	if len(records) < lastActionsCapacity {
+	if len(records) < LastActionsCapacity {
 		return time.Time{}, false
 	}
 	oldest := records[0].Time.Time
@@ -184,20 +202,4 @@ func (r *policyRule) historyFull(now time.Time) (until time.Time, full bool) {
 		return time.Time{}, false
 	}
 	return oldest.Add(time.Minute), true
-}
-
-// lastScaleBounce returns when the policy last recorded a real scale bounce
-// for the pod (namespace/name), if status.lastActions still holds it.
-func (r *policyRule) lastScaleBounce(podKey string) (time.Time, bool) {
-	var last time.Time
-	found := false
-	for _, a := range r.policy.Status.LastActions {
-		if a.DryRun || a.Action != v1alpha1.RecordedScaleBounce || a.Pod != podKey {
-			continue
-		}
-		if !found || a.Time.After(last) {
-			last, found = a.Time.Time, true
-		}
-	}
-	return last, found
 }

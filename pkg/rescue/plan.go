@@ -11,26 +11,47 @@
 // status.lastActions holds the rate-limit window), a restarted controller
 // recomputes the same plan and repeats nothing that took effect.
 //
-// Decision table (the reason strings name the rule):
+// Decision table (the reason strings name the rule). The rows marked (*)
+// gate every action that starts or continues a rescue (Delete, ForceDelete,
+// ScaleDown), in this order, before the limits; ScaleRestore is never gated:
+// it puts back what rebound itself took away.
 //
 //	situation                                          decision           action
 //	DaemonSet pod, mirror (static) pod                 Skip               none, ever
 //	NotReady < maxUnavailableTime, upstream too late   NotYet             none; NextCheck at the deadline
 //	upstream evicts by the deadline                    LeftToUpstream     none
-//	stranded ReplicaSet/Deployment pod                 Act                Delete (graceful, UID precondition)
+//	(*) every node NotReady (full disruption)          Held               none; like kube-controller-manager, which evicts
+//	                                                                      nothing then: the control plane is the likelier side
+//	                                                                      cut off. Computed from the nodes, not from the zone
+//	                                                                      model's FullDisruptionMode flag
+//	(*) no Ready, schedulable node admits the pod      NoTarget           none; reason lists each node's rejection (cordoned,
+//	    (target.go: taints, nodeSelector/affinity,                        taint, affinity, resources, NotReady); re-planned when
+//	    requests vs allocatable minus requested)                          a node changes (the controller watches nodes)
+//	stranded ReplicaSet/Deployment pod                 Act                Delete (graceful, UID precondition); on a node that
+//	                                                                      Snapshot.BGPAlive says is alive, the reason says the
+//	                                                                      old copy may still run until the node returns
 //	  terminating, owner short, < replacement timeout  InFlight           none; NextCheck at the timeout
-//	  terminating, owner short, >= timeout             Act                ScaleDown (if ScaleBounce allowed)
-//	  ... and a bounce for it already recorded         ReportOnly         none (never bounced twice)
+//	  terminating, owner short, >= timeout,            Act                ScaleDown (if ScaleBounce allowed), recording the
+//	    0 replicas available                                              incident start (the node's NotReady transition) in
+//	                                                                      annotation rebound.dev/scale-bounced-for
+//	  ... Deployment already bounced for this incident ReportOnly         none (at most one bounce per incident, read from
+//	      (scale-bounced-for >= the node's NotReady)                      the Deployment, never from status.lastActions)
+//	  ... Deployment has replicas available            ReportOnly         none (a bounce would restart healthy replicas)
 //	  terminating, owner fully available               Replaced           none
 //	  its Deployment at 0 with the annotation          InFlight           none for the pod
 //	Deployment at 0 replicas with the annotation       (any pod)          ScaleRestore, never limited
 //	stranded StatefulSet pod, or RWO/RWOP volume:
 //	  node not fenced                                  WaitingForFencing  none
-//	  node fenced (out-of-service), mode taint         Act                ForceDelete (grace 0, UID precondition)
+//	  fenced (out-of-service:NoExecute) but BGPAlive   Held               none: two signals disagree; a live node may still run
+//	                                                                      the pod, and two copies are worse than a stall
+//	  node fenced (out-of-service:NoExecute)           Act                ForceDelete (grace 0, UID precondition; the executor
+//	                                                                      re-reads the node's taint from the API first)
 //	  fencing mode Never                               ReportOnly         none
 //	stranded Job / bare / other-owner pod              ReportOnly         none
 //	stranded, policy suspended                         Suspended          none
-//	beyond maxConcurrent or maxActionsPerMinute        RateLimited        none; NextCheck when a rate slot frees
+//	beyond maxConcurrent or maxActionsPerMinute        RateLimited        none; NextCheck when a rate slot frees (the window
+//	                                                                      is status.lastActions plus Snapshot.RecentActions,
+//	                                                                      the controller's in-memory ledger)
 //	policy dryRun                                      Act                listed with DryRun=true
 package rescue
 
@@ -79,6 +100,14 @@ const (
 	// DecisionRateLimited: actionable, but the policy's maxConcurrent or
 	// maxActionsPerMinute is used up.
 	DecisionRateLimited Decision = "RateLimited"
+	// DecisionNoTarget: actionable, but no Ready, schedulable node admits
+	// the pod's replacement; acting would only leave it Pending.
+	DecisionNoTarget Decision = "NoTarget"
+	// DecisionHeld: actionable, but a safety signal says that acting could
+	// be worse than upstream's stall: every node is NotReady (full
+	// disruption: the control plane is the likelier side cut off), or a
+	// fenced node still shows independent signs of life (Snapshot.BGPAlive).
+	DecisionHeld Decision = "Held"
 )
 
 // CriticalPod is one critical pod bound to a NotReady node, with the
@@ -130,8 +159,12 @@ type PolicyReport struct {
 	Suspended, DryRun bool
 	// Critical counts the pods it governs on NotReady nodes (all
 	// decisions); Stranded those stranded and not yet replaced;
-	// WaitingForFencing, Actions and RateLimited those decisions.
-	Critical, Stranded, WaitingForFencing, Actions, RateLimited int
+	// WaitingForFencing, Actions, RateLimited, NoTarget and Held those
+	// decisions.
+	Critical, Stranded, WaitingForFencing, Actions, RateLimited, NoTarget, Held int
+	// Blocked is the reason of the first NoTarget or Held pod (by
+	// namespace and name), for the policy's status.
+	Blocked string
 	// InFlight counts rescues under way (see limits.go), before this
 	// plan's actions.
 	InFlight int
@@ -177,6 +210,11 @@ type planner struct {
 	actions    []Action
 	warnings   []string
 	nextCheck  time.Time
+	// readyNodes and totalNodes count the snapshot's nodes; no Ready node
+	// means full disruption (see target.go).
+	readyNodes, totalNodes int
+	// targets is built on the first stranded pod that needs one.
+	targets *targetIndex
 }
 
 // PlanFor decides, from a snapshot, which critical pods are stranded and
@@ -192,7 +230,9 @@ func PlanFor(s Snapshot) Plan {
 	if err := cfg.Validate(); err != nil {
 		p.warnings = append(p.warnings, "zone config: "+err.Error())
 	}
-	infos, notReady := indexNodes(s.Nodes)
+	infos, notReady := indexNodes(s.Nodes, s.BGPAlive)
+	p.totalNodes = len(infos)
+	p.readyNodes = len(infos) - len(notReady)
 	p.zones = zone.Advance(s.PreviousZones, infos, cfg)
 	p.rules = compilePolicies(s.Policies)
 
@@ -244,6 +284,25 @@ func (p *planner) result() Plan {
 			strings.Compare(string(a.Kind), string(b.Kind)))
 	})
 	slices.Sort(p.warnings)
+	for i := range p.critical {
+		cp := &p.critical[i]
+		if cp.Decision != DecisionNoTarget && cp.Decision != DecisionHeld {
+			continue
+		}
+		for _, r := range p.rules {
+			if r.name != cp.Policy {
+				continue
+			}
+			if cp.Decision == DecisionNoTarget {
+				r.report.NoTarget++
+			} else {
+				r.report.Held++
+			}
+			if r.report.Blocked == "" {
+				r.report.Blocked = fmt.Sprintf("%s %s: %s", cp.Key(), cp.Decision, cp.Reason)
+			}
+		}
+	}
 	reports := make([]PolicyReport, len(p.rules))
 	for i, r := range p.rules {
 		reports[i] = r.report

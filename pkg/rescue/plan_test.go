@@ -35,7 +35,7 @@ type planCase struct {
 // TestPlanFor covers when a pod is stranded (S1, S3, upstream eviction) and
 // the safety rule of each workload class (S5, storage, never-touched pods).
 func TestPlanFor(t *testing.T) {
-	const stsWaiting = "StatefulSet pod: waiting for fencing; add the node.kubernetes.io/out-of-service taint once the node is confirmed off"
+	const stsWaiting = "StatefulSet pod: waiting for fencing; add the node.kubernetes.io/out-of-service:NoExecute taint once the node is confirmed off"
 
 	tests := []planCase{
 		// S1: PartialDisruption in a small zone stops tainting; the pod
@@ -257,7 +257,7 @@ func TestPlanFor(t *testing.T) {
 			},
 			decisions: map[string]Decision{coredns: DecisionWaitingForFencing},
 			reasons: map[string]string{coredns: "Deployment/coredns pod with exclusive storage (PVC data is ReadWriteOnce): waiting for fencing; " +
-				"add the node.kubernetes.io/out-of-service taint once the node is confirmed off"},
+				"add the node.kubernetes.io/out-of-service:NoExecute taint once the node is confirmed off"},
 		},
 		{
 			name: "Deployment pod with a ReadWriteOncePod PVC, fenced: force delete",

@@ -35,12 +35,8 @@ func fakeApply(t *testing.T, w *world, p Plan) int {
 				if d.UID != a.UID {
 					continue
 				}
-				if a.Kind == ActionScaleDown {
-					d.Annotations = map[string]string{ScaleBounceAnnotation: strconv.Itoa(int(a.Replicas))}
-					d.Spec.Replicas = ptr(int32(0))
-				} else {
-					delete(d.Annotations, ScaleBounceAnnotation)
-					d.Spec.Replicas = ptr(a.Replicas)
+				if result, why := a.ChangeDeployment(d); result != "" {
+					t.Fatalf("%s: %s: %s", a.Key(), result, why)
 				}
 			}
 		default:
@@ -48,7 +44,7 @@ func fakeApply(t *testing.T, w *world, p Plan) int {
 		}
 		for _, pol := range w.s.Policies {
 			if pol.Name == a.Policy {
-				pol.Status.LastActions = append([]v1alpha1.ActionRecord{a.Record(w.s.Now, "Succeeded")}, pol.Status.LastActions...)
+				pol.Status.LastActions = PrependRecords(pol.Status.LastActions, a.Record(w.s.Now, ResultSucceeded))
 			}
 		}
 	}
@@ -72,7 +68,7 @@ func TestRestartRepeatsNothing(t *testing.T) {
 		{92 * time.Second, []string{"ScaleDown kube-system/coredns"}},
 		// crash here: the annotation carries the count
 		{93 * time.Second, []string{"ScaleRestore kube-system/coredns"}},
-		{94 * time.Second, nil}, // bounce recorded for the pod: not repeated
+		{94 * time.Second, nil}, // bounce recorded on the Deployment: not repeated
 		{10 * time.Minute, nil},
 	}
 	for _, step := range steps {
@@ -87,7 +83,7 @@ func TestRestartRepeatsNothing(t *testing.T) {
 		}
 		fakeApply(t, w, p)
 	}
-	if d := w.s.Deployments[0]; *d.Spec.Replicas != 1 || len(d.Annotations) != 0 {
+	if d := w.s.Deployments[0]; *d.Spec.Replicas != 1 || !reflect.DeepEqual(d.Annotations, map[string]string{ScaleBouncedForAnnotation: "2026-03-01T12:00:00Z"}) {
 		t.Errorf("Deployment after the bounce: replicas %d, annotations %v", *d.Spec.Replicas, d.Annotations)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/zone"
 )
 
@@ -51,6 +52,30 @@ type Snapshot struct {
 	PreviousZones zone.Cluster
 	// Defaults are rebound's own knobs; zero fields take their default.
 	Defaults Defaults
+	// BGPAlive is a second liveness signal, independent of the API: for a
+	// NotReady node, human-readable evidence that it is alive but cut off
+	// from the control plane, e.g. "node-2 reports a BGP session
+	// Established with it since T, after its NotReady transition". Filled
+	// from the agents' session reports (pkg/peering); nil means no
+	// evidence. On such a node a stateful pod never moves, even when
+	// fenced (the signals disagree, and two copies are worse than a stall),
+	// and a stateless pod may, with a reason that says so.
+	BGPAlive map[string]string
+	// RecentActions is the caller's in-memory ledger of the real actions
+	// it took within the last minute (the controller's; nil for a
+	// one-shot CLI). The rate limit counts the union of these and
+	// status.lastActions, so that a status not yet back in a stale cache
+	// cannot let a pass exceed maxActionsPerMinute; status stays the
+	// record across restarts.
+	RecentActions []LedgerEntry
+}
+
+// LedgerEntry is one real action in Snapshot.RecentActions. It matches its
+// status.lastActions record by policy, time (to the second, as the API
+// stores it), action and pod, so that an action in both counts once.
+type LedgerEntry struct {
+	Policy string
+	Record v1alpha1.ActionRecord
 }
 
 // Defaults are rebound's settings that no RecoveryPolicy carries.
@@ -92,8 +117,11 @@ type nodeState struct {
 	// node.kubernetes.io/unreachable and node.kubernetes.io/not-ready.
 	evictionTaints []*corev1.Taint
 	// fenced is true when the node carries node.kubernetes.io/out-of-service
-	// (any effect): someone confirmed the node is off.
+	// with effect NoExecute (IsFencingTaint): someone confirmed the node is
+	// off.
 	fenced bool
+	// alive is Snapshot.BGPAlive's evidence that the node still runs.
+	alive string
 	// ahead counts the untainted NotReady nodes of the same zone that
 	// upstream's taint queue serves before this one (see queuePositions).
 	ahead int
@@ -110,7 +138,7 @@ type snapshotIndex struct {
 
 // indexNodes returns the zone model's view of every node and the state of
 // each NotReady node, keyed by name.
-func indexNodes(nodes []*corev1.Node) ([]zone.NodeInfo, map[string]*nodeState) {
+func indexNodes(nodes []*corev1.Node, alive map[string]string) ([]zone.NodeInfo, map[string]*nodeState) {
 	infos := make([]zone.NodeInfo, 0, len(nodes))
 	notReady := make(map[string]*nodeState)
 	for _, n := range nodes {
@@ -123,11 +151,11 @@ func indexNodes(nodes []*corev1.Node) ([]zone.NodeInfo, map[string]*nodeState) {
 		if ready {
 			continue
 		}
-		ns := &nodeState{node: n, zone: info.Zone, readyStatus: status, since: since}
+		ns := &nodeState{node: n, zone: info.Zone, readyStatus: status, since: since, alive: alive[n.Name]}
 		for i := range n.Spec.Taints {
 			t := &n.Spec.Taints[i]
 			switch {
-			case t.Key == corev1.TaintNodeOutOfService:
+			case IsFencingTaint(t):
 				ns.fenced = true
 			case t.Effect == corev1.TaintEffectNoExecute &&
 				(t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady):
@@ -140,21 +168,28 @@ func indexNodes(nodes []*corev1.Node) ([]zone.NodeInfo, map[string]*nodeState) {
 	return infos, notReady
 }
 
+// IsFencingTaint reports whether a taint fences its node: the non-graceful
+// node shutdown taint node.kubernetes.io/out-of-service with effect
+// NoExecute, the only form upstream acts on (pod GC force-deletes pods of
+// such nodes). Any other effect is not an operator's assertion that the
+// node is off. The executor applies the same test to the node it re-reads
+// from the API before a force delete.
+func IsFencingTaint(t *corev1.Taint) bool {
+	return t.Key == corev1.TaintNodeOutOfService && t.Effect == corev1.TaintEffectNoExecute
+}
+
 // readyCondition reads a node's Ready condition. A node is NotReady when
 // its Ready condition is not True, including when it has none.
 func readyCondition(n *corev1.Node) (ready bool, status corev1.ConditionStatus, since time.Time) {
-	for i := range n.Status.Conditions {
-		c := &n.Status.Conditions[i]
-		if c.Type != corev1.NodeReady {
-			continue
-		}
-		since = c.LastTransitionTime.Time
-		if since.IsZero() {
-			since = n.CreationTimestamp.Time
-		}
-		return c.Status == corev1.ConditionTrue, c.Status, since
+	c := kubestatus.NodeReadyCondition(n)
+	if c == nil {
+		return false, "", n.CreationTimestamp.Time
 	}
-	return false, "", n.CreationTimestamp.Time
+	since = c.LastTransitionTime.Time
+	if since.IsZero() {
+		since = n.CreationTimestamp.Time
+	}
+	return c.Status == corev1.ConditionTrue, c.Status, since
 }
 
 // queuePositions sets nodeState.ahead. Upstream keeps one taint queue per

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/pkg/etcdsnapshot"
+	"rebound/pkg/kubestatus"
 )
 
 // BackupOptions describe one backup.
@@ -142,7 +143,7 @@ func (m *Metadata) recordWorkloads(ctx context.Context, client kubernetes.Interf
 	// At backup time the cluster is live: judge by the API's readiness.
 	nodes := map[string]NodeHealth{}
 	for _, n := range s.nodes {
-		nodes[n.Name] = NodeHealth{Ready: nodeReady(n.Status.Conditions), Heartbeat: true}
+		nodes[n.Name] = NodeHealth{Ready: kubestatus.NodeReady(n), Heartbeat: true}
 	}
 	for _, r := range refs {
 		ws := s.evaluate(r, nodes)

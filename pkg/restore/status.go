@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/rescue"
 )
 
@@ -116,7 +117,7 @@ func pending(ref WorkloadRef, desired, available, live int32, format string, arg
 // ReplicaSets); nodes the health of every node.
 func EvaluateDeployment(d *appsv1.Deployment, pods []*corev1.Pod, nodes map[string]NodeHealth) WorkloadStatus {
 	ref := WorkloadRef{Namespace: d.Namespace, Kind: KindDeployment, Name: d.Name}
-	desired := replicas(d.Spec.Replicas)
+	desired := kubestatus.Replicas(d.Spec.Replicas)
 	st := d.Status
 	live, notLive := livePods(pods, nodes)
 	switch {
@@ -131,7 +132,7 @@ func EvaluateDeployment(d *appsv1.Deployment, pods []*corev1.Pod, nodes map[stri
 		return pending(ref, desired, st.AvailableReplicas, live, "%d old replicas pending termination", st.Replicas-st.UpdatedReplicas)
 	case st.AvailableReplicas < desired:
 		return pending(ref, desired, st.AvailableReplicas, live, "%d of %d replicas available%s", st.AvailableReplicas, desired, where(notLive))
-	case desired > 0 && !deploymentAvailable(d):
+	case desired > 0 && !kubestatus.DeploymentAvailable(d):
 		return pending(ref, desired, st.AvailableReplicas, live, "condition Available is not True%s", where(notLive))
 	case live < desired:
 		return pending(ref, desired, st.AvailableReplicas, live, "status says %d of %d available but only %d Ready pods run on live nodes%s: the status may date from before the restore",
@@ -143,15 +144,6 @@ func EvaluateDeployment(d *appsv1.Deployment, pods []*corev1.Pod, nodes map[stri
 		ok.Message = "scaled to 0 replicas: nothing to run"
 	}
 	return ok
-}
-
-func deploymentAvailable(d *appsv1.Deployment) bool {
-	for _, c := range d.Status.Conditions {
-		if c.Type == appsv1.DeploymentAvailable {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // EvaluateDaemonSet judges a DaemonSet on the Ready nodes only: its pods on
@@ -204,7 +196,7 @@ func EvaluateDaemonSet(ds *appsv1.DaemonSet, pods []*corev1.Pod, nodes map[strin
 // EvaluateStatefulSet judges a StatefulSet by its ready replicas.
 func EvaluateStatefulSet(sts *appsv1.StatefulSet, pods []*corev1.Pod, nodes map[string]NodeHealth) WorkloadStatus {
 	ref := WorkloadRef{Namespace: sts.Namespace, Kind: KindStatefulSet, Name: sts.Name}
-	desired := replicas(sts.Spec.Replicas)
+	desired := kubestatus.Replicas(sts.Spec.Replicas)
 	st := sts.Status
 	live, notLive := livePods(pods, nodes)
 	switch {
@@ -254,7 +246,7 @@ func livePods(pods []*corev1.Pod, nodes map[string]NodeHealth) (int32, []string)
 			others = append(others, p.Name+" on unknown node "+p.Spec.NodeName)
 		case !h.Live():
 			others = append(others, p.Name+" on "+h.describe(p.Spec.NodeName))
-		case !podReady(p):
+		case !kubestatus.PodRunningReady(p):
 			others = append(others, p.Name+" on "+p.Spec.NodeName+" not Ready")
 		default:
 			live++
@@ -275,21 +267,6 @@ func where(notLive []string) string {
 	return " (pod " + strings.Join(notLive, "; ") + ")"
 }
 
-func podReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func replicas(p *int32) int32 {
-	if p == nil {
-		return 1
-	}
-	return *p
-}
+// replicas is kubestatus.Replicas under the name apply.go uses; apply.go
+// is being merged into the shared executor, which reads kubestatus itself.
+func replicas(p *int32) int32 { return kubestatus.Replicas(p) }

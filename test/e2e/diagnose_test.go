@@ -24,14 +24,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/internal/agent"
+	"rebound/internal/birdlab"
+	"rebound/internal/birdtest"
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/diagnose"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdlab"
-	"rebound/pkg/peering/bird/birdtest"
 )
 
 // The diagnose tests run `rebound diagnose` in-process (diagnose.Run, what
@@ -335,7 +336,7 @@ func TestDiagnoseS5(t *testing.T) {
 
 	createStatefulWorkload(ctx, t, cl)
 	waitPod(ctx, t, cl, "kube-system", "etcd-standin-0", func(p *corev1.Pod) bool {
-		return p.Spec.NodeName == "node-3" && podIsReady(p)
+		return p.Spec.NodeName == "node-3" && kubestatus.PodReady(p)
 	})
 	if err := c.StopNode(ctx, "node-3"); err != nil {
 		t.Fatal(err)

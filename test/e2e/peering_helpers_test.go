@@ -24,10 +24,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"rebound/internal/agent"
+	"rebound/internal/birdlab"
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
 	"rebound/pkg/peering"
-	"rebound/pkg/peering/bird/birdlab"
 )
 
 // startPeeringController runs the peering reconciler in-process against

@@ -19,6 +19,7 @@ import (
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/etcdsnapshot"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/restore"
 )
 
@@ -366,7 +367,7 @@ func s2BadSnapshots(ctx context.Context, t *testing.T, c *sandbox.Cluster, backu
 		t.Fatalf("sandbox not serving after refused restores: %v", err)
 	}
 	for i := range nodes.Items {
-		if !sandbox.NodeReady(&nodes.Items[i]) {
+		if !kubestatus.NodeReady(&nodes.Items[i]) {
 			t.Errorf("node %s not Ready after refused restores", nodes.Items[i].Name)
 		}
 	}

@@ -12,12 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"rebound/internal/agent"
+	"rebound/internal/birdlab"
+	"rebound/internal/birdtest"
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdlab"
-	"rebound/pkg/peering/bird/birdtest"
 )
 
 // S4 (seed 003): three BGP nodes A, B, C, each a BIRD in the Calico style

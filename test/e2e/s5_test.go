@@ -16,6 +16,7 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/internal/sandbox"
+	"rebound/pkg/kubestatus"
 )
 
 // TestS5StatefulPodUntouchedUntilFenced: a StatefulSet pod with a
@@ -39,7 +40,7 @@ func TestS5StatefulPodUntouchedUntilFenced(t *testing.T) {
 
 	createStatefulWorkload(ctx, t, cl)
 	pod := waitPod(ctx, t, cl, "kube-system", "etcd-standin-0", func(p *corev1.Pod) bool {
-		return p.Spec.NodeName == "node-3" && podIsReady(p)
+		return p.Spec.NodeName == "node-3" && kubestatus.PodReady(p)
 	})
 	uid := pod.UID
 
@@ -96,7 +97,7 @@ func TestS5StatefulPodUntouchedUntilFenced(t *testing.T) {
 	}
 	fenced := time.Now()
 	moved := waitPod(ctx, t, cl, "kube-system", "etcd-standin-0", func(p *corev1.Pod) bool {
-		return p.UID != uid && p.Spec.NodeName != "" && p.Spec.NodeName != "node-3" && podIsReady(p)
+		return p.UID != uid && p.Spec.NodeName != "" && p.Spec.NodeName != "node-3" && kubestatus.PodReady(p)
 	})
 	metric(t, "s5_rescheduled_after_fencing", time.Since(fenced).Seconds(), "s")
 	t.Logf("stateful pod rescheduled on %s after fencing", moved.Spec.NodeName)
@@ -170,20 +171,11 @@ func waitPod(ctx context.Context, t *testing.T, cl client.Client, ns, name strin
 			last = err.Error()
 			return false, nil //nolint:nilerr // poll until the deadline
 		}
-		last = fmt.Sprintf("on %q, ready %v, uid %s, deleting %v", p.Spec.NodeName, podIsReady(&p), p.UID, p.DeletionTimestamp != nil)
+		last = fmt.Sprintf("on %q, ready %v, uid %s, deleting %v", p.Spec.NodeName, kubestatus.PodReady(&p), p.UID, p.DeletionTimestamp != nil)
 		return cond(&p), nil
 	})
 	if err != nil {
 		t.Fatalf("pod %s/%s: condition not met (last: %s): %v", ns, name, last, err)
 	}
 	return &p
-}
-
-func podIsReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -11,12 +11,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"rebound/internal/agent"
+	"rebound/internal/birdlab"
+	"rebound/internal/birdtest"
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdlab"
-	"rebound/pkg/peering/bird/birdtest"
 	"rebound/pkg/peering/kube"
 )
 

@@ -35,7 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
+	"time"
 )
 
 // Version selects the configuration syntax.
@@ -65,7 +65,53 @@ const (
 	MaxGracefulRestartWait = 65535
 	// DefaultBGPPort is BGP's well-known port, rendered as BIRD's default.
 	DefaultBGPPort = 179
+	// DefaultBFDInterval and DefaultBFDMultiplier detect a dead peer in
+	// 3 x 300 ms = 0.9 s: well under the 2 s goal, and loose enough that a
+	// busy node's BIRD (BFD runs in BIRD's main loop, not in the kernel)
+	// does not miss three packets in a row.
+	DefaultBFDInterval   = 300 * time.Millisecond
+	DefaultBFDMultiplier = 3
+	// MinBFDInterval and MaxBFDInterval bound the interval: below 10 ms a
+	// user-space daemon cannot keep up; above 10 s BFD detects nothing the
+	// BGP hold timer would not.
+	MinBFDInterval = 10 * time.Millisecond
+	MaxBFDInterval = 10 * time.Second
 )
+
+// BFD configures Bidirectional Forwarding Detection for every mesh
+// session: BIRD runs a BFD session beside each BGP session (multihop, like
+// the BGP session), and a peer that stops answering is detected after
+// Interval x Multiplier instead of the BGP hold time (BIRD's default
+// 240 s). Sessions use `bfd graceful` (BIRD 1.6.8 and 2): a BFD failure
+// starts BGP graceful restart, so a peer whose BIRD restarts while the
+// node keeps forwarding keeps its routes for its graceful restart time,
+// exactly as without BFD. A peer that runs no BFD is unaffected: BIRD
+// acts only when a BFD session goes from Up to Down.
+type BFD struct {
+	// Interval is the desired transmit and required receive interval;
+	// 0 means DefaultBFDInterval.
+	Interval time.Duration
+	// Multiplier is how many intervals without a packet mean the peer is
+	// down; 0 means DefaultBFDMultiplier.
+	Multiplier int
+}
+
+// withDefaults fills the zero fields.
+func (b BFD) withDefaults() BFD {
+	if b.Interval == 0 {
+		b.Interval = DefaultBFDInterval
+	}
+	if b.Multiplier == 0 {
+		b.Multiplier = DefaultBFDMultiplier
+	}
+	return b
+}
+
+// Detection is how long a dead peer goes unnoticed at most.
+func (b BFD) Detection() time.Duration {
+	b = b.withDefaults()
+	return b.Interval * time.Duration(b.Multiplier)
+}
 
 // Peer is one BGP neighbour in the mesh.
 type Peer struct {
@@ -112,6 +158,9 @@ type MeshConfig struct {
 	// calico_export_to_bgp_peers). "" or "all" render `all`, "none" `none`.
 	ImportFilter string
 	ExportFilter string
+	// BFD, when set, runs BFD with every peer (see BFD); nil renders no
+	// BFD and a dead peer is noticed after the BGP hold time.
+	BFD *BFD
 }
 
 // withDefaults fills the zero fields that have defaults.
@@ -121,6 +170,10 @@ func (c MeshConfig) withDefaults() MeshConfig {
 	}
 	if c.GracefulRestartWait == 0 {
 		c.GracefulRestartWait = DefaultGracefulRestartWait
+	}
+	if c.BFD != nil {
+		b := c.BFD.withDefaults()
+		c.BFD = &b
 	}
 	return c
 }
@@ -149,6 +202,12 @@ func (c MeshConfig) Validate() error {
 	add(checkRange("gracefulRestartWait", c.GracefulRestartWait, 1, MaxGracefulRestartWait))
 	add(checkFilter("importFilter", c.ImportFilter))
 	add(checkFilter("exportFilter", c.ExportFilter))
+	if c.BFD != nil {
+		if c.BFD.Interval < MinBFDInterval || c.BFD.Interval > MaxBFDInterval || c.BFD.Interval%time.Millisecond != 0 {
+			add(fmt.Errorf("bfd.interval %v: want whole milliseconds in %v..%v", c.BFD.Interval, MinBFDInterval, MaxBFDInterval))
+		}
+		add(checkRange("bfd.multiplier", c.BFD.Multiplier, 1, 255))
+	}
 
 	names := map[string]int{}
 	for i, p := range c.Peers {
@@ -176,76 +235,4 @@ func (c MeshConfig) Validate() error {
 // skips reports whether p is the local node, which is not its own peer.
 func (c MeshConfig) skips(p Peer) bool {
 	return p.Name == c.NodeName || (p.Address.IsValid() && p.Address == c.Address)
-}
-
-// KernelConfig adds a `protocol kernel` to a standalone configuration.
-type KernelConfig struct {
-	// Export programs the routes learned from peers into the kernel's main
-	// table. Only do this inside a network namespace: on a shared host it
-	// changes the host's routing.
-	Export bool
-}
-
-// StandaloneConfig is a complete BIRD configuration for one test node:
-// router id, the mesh, static routes to announce, and optionally a kernel
-// protocol. End-to-end tests run several of these on 127.0.0.x.
-type StandaloneConfig struct {
-	// Mesh is the node's mesh; its ListenPort is required, since several
-	// test instances share one host. Its filters must be unset: the
-	// standalone file defines its own (peers' routes in, static routes out).
-	Mesh MeshConfig
-	// RouterID defaults to Mesh.Address.
-	RouterID netip.Addr
-	// Routes are announced to the peers as blackhole static routes, like
-	// the /26 IPAM block Calico announces for a node.
-	Routes []netip.Prefix
-	// Kernel, when set, adds a kernel protocol with graceful restart.
-	Kernel *KernelConfig
-	// MeshInclude, when set, is the absolute path of a mesh include file
-	// (what `rebound agent` writes with RenderMesh): the configuration
-	// includes it instead of rendering Mesh.Peers inline. Mesh still gives
-	// the node name, address, version and listen port, and the include
-	// must be rendered with the same ListenPort.
-	MeshInclude string
-}
-
-// Validate checks the standalone fields, then the mesh.
-func (c StandaloneConfig) Validate() error {
-	var errs []error
-	if c.RouterID.IsValid() {
-		if err := checkIPv4("routerID", c.RouterID); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if c.Mesh.ListenPort == 0 {
-		errs = append(errs, errors.New("mesh.listenPort: required for a standalone configuration (several instances share one host)"))
-	}
-	if c.Mesh.ImportFilter != "" || c.Mesh.ExportFilter != "" {
-		errs = append(errs, errors.New("mesh.importFilter/exportFilter: must be empty, the standalone configuration defines its own filters"))
-	}
-	for i, r := range c.Routes {
-		field := fmt.Sprintf("routes[%d]", i)
-		switch {
-		case !r.IsValid():
-			errs = append(errs, fmt.Errorf("%s: not a valid prefix", field))
-		case !r.Addr().Is4():
-			errs = append(errs, fmt.Errorf("%s %s: want an IPv4 prefix", field, r))
-		case r != r.Masked():
-			errs = append(errs, fmt.Errorf("%s %s: host bits set, want %s", field, r, r.Masked()))
-		}
-	}
-	if c.MeshInclude != "" {
-		if err := checkText("meshInclude", c.MeshInclude); err != nil {
-			errs = append(errs, err)
-		} else if !strings.HasPrefix(c.MeshInclude, "/") {
-			errs = append(errs, fmt.Errorf("meshInclude %q: want an absolute path (BIRD resolves a relative one against its working directory)", c.MeshInclude))
-		}
-	}
-	if err := c.Mesh.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("bird standalone config: %w", errors.Join(errs...))
 }

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"rebound/internal/birdlab"
+	"rebound/internal/birdtest"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdtest"
 )
 
 var capture = flag.Bool("capture", false, "rewrite testdata/birdc/ with the output of the real BIRD instances of TestLive*")
@@ -58,7 +59,7 @@ func runGracefulRestartScenario(t *testing.T, bins birdtest.Binaries) {
 	dir := t.TempDir()
 	write := func(self liveNode, peers ...liveNode) string {
 		t.Helper()
-		cfg := bird.StandaloneConfig{
+		cfg := birdlab.StandaloneConfig{
 			Mesh: bird.MeshConfig{
 				Version: v, NodeName: self.name, Address: self.addr, AS: 64512, ListenPort: self.port,
 				GracefulRestartWait: bird.DefaultGracefulRestartWait,
@@ -70,7 +71,7 @@ func runGracefulRestartScenario(t *testing.T, bins birdtest.Binaries) {
 			cfg.Mesh.Peers = append(cfg.Mesh.Peers, bird.Peer{Name: p.name, Address: p.addr, Port: p.port})
 			names = append(names, p.name)
 		}
-		out, err := bird.RenderStandalone(cfg)
+		out, err := birdlab.RenderStandalone(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

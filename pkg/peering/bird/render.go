@@ -9,14 +9,11 @@ import (
 	"text/template"
 )
 
-// Names of the objects the rendered configuration defines. They carry a
+// Name of the bgp template the rendered configuration defines. It carries a
 // rebound_ prefix so that an include never collides with Calico's own
-// bgp_template or filters.
+// bgp_template.
 const (
-	meshTemplateName   = "rebound_mesh"
-	exportFilterName   = "rebound_export"
-	kernelFilterName   = "rebound_kernel"
-	staticProtocolName = "rebound_static"
+	meshTemplateName = "rebound_mesh"
 )
 
 //go:embed templates/*.tmpl
@@ -27,13 +24,10 @@ var templateFS embed.FS
 var templates = template.Must(template.New("bird").
 	Option("missingkey=error").
 	Funcs(template.FuncMap{
-		"protocolName":       protocolName,
-		"passive":            passive,
-		"filterClause":       filterClause,
-		"meshTemplateName":   func() string { return meshTemplateName },
-		"exportFilterName":   func() string { return exportFilterName },
-		"kernelFilterName":   func() string { return kernelFilterName },
-		"staticProtocolName": func() string { return staticProtocolName },
+		"protocolName":     protocolName,
+		"passive":          passive,
+		"filterClause":     filterClause,
+		"meshTemplateName": func() string { return meshTemplateName },
 	}).
 	ParseFS(templateFS, "templates/*.tmpl"))
 
@@ -47,6 +41,15 @@ type meshView struct {
 	ImportFilter        string
 	ExportFilter        string
 	Peers               []peerView
+	BFD                 *bfdView
+	// StrictBind is BIRD 2's listen-on-this-address-only, for BGP and BFD.
+	StrictBind bool
+}
+
+// bfdView is a validated, defaulted BFD configuration.
+type bfdView struct {
+	IntervalMS int64
+	Multiplier int
 }
 
 // peerView is one rendered peer: defaults resolved, the local node removed.
@@ -56,15 +59,6 @@ type peerView struct {
 	Port                uint16 // 0: BIRD's default, 179
 	AS                  uint32
 	GracefulRestartTime int
-}
-
-type standaloneView struct {
-	Mesh     meshView
-	RouterID netip.Addr
-	Routes   []netip.Prefix
-	Kernel   *KernelConfig
-	// MeshInclude replaces the inline mesh with an include of this file.
-	MeshInclude string
 }
 
 // RenderMesh renders the node's mesh as a BIRD include file: the global
@@ -78,42 +72,11 @@ func RenderMesh(c MeshConfig) ([]byte, error) {
 	return execute(meshTemplateFile(c.Version), newMeshView(c))
 }
 
-// RenderStandalone renders a complete configuration for one test node: the
-// mesh plus router id, logging to stderr, a device protocol, the static
-// routes to announce and an optional kernel protocol.
-func RenderStandalone(c StandaloneConfig) ([]byte, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	mesh := c.Mesh
-	mesh.ImportFilter, mesh.ExportFilter = "all", exportFilterName
-	v := standaloneView{
-		Mesh:     newMeshView(mesh),
-		RouterID: c.RouterID,
-		Routes:   slices.Clone(c.Routes),
-		Kernel:   c.Kernel,
-
-		MeshInclude: c.MeshInclude,
-	}
-	if !v.RouterID.IsValid() {
-		v.RouterID = c.Mesh.Address
-	}
-	slices.SortFunc(v.Routes, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-	return execute(standaloneTemplateFile(c.Mesh.Version), v)
-}
-
 func meshTemplateFile(v Version) string {
 	if v == Bird2 {
 		return "mesh_bird2.conf.tmpl"
 	}
 	return "mesh_bird16.conf.tmpl"
-}
-
-func standaloneTemplateFile(v Version) string {
-	if v == Bird2 {
-		return "standalone_bird2.conf.tmpl"
-	}
-	return "standalone_bird16.conf.tmpl"
 }
 
 // newMeshView resolves defaults and drops the local node. c must be valid.
@@ -127,6 +90,10 @@ func newMeshView(c MeshConfig) meshView {
 		ListenPort:          c.ListenPort,
 		ImportFilter:        c.ImportFilter,
 		ExportFilter:        c.ExportFilter,
+		StrictBind:          c.ListenPort != 0,
+	}
+	if c.BFD != nil {
+		v.BFD = &bfdView{IntervalMS: c.BFD.Interval.Milliseconds(), Multiplier: c.BFD.Multiplier}
 	}
 	for _, p := range c.Peers {
 		if c.skips(p) {

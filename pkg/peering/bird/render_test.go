@@ -9,9 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"rebound/internal/birdtest"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/ from the current templates")
@@ -20,11 +21,9 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/ f
 // testdata/<TestName>_<name>.golden; every one is also checked by the real
 // BIRD parser of its version (TestGoldenFilesParseWithBIRD).
 type goldenCase struct {
-	name       string
-	version    bird.Version
-	standalone bool // a complete config; otherwise an include
-	includes   bool // a complete config that includes /etc/rebound/mesh.conf
-	render     func(bird.Version) ([]byte, error)
+	name    string
+	version bird.Version
+	render  func(bird.Version) ([]byte, error)
 }
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
@@ -54,27 +53,6 @@ func calicoMesh(v bird.Version) bird.MeshConfig {
 	}
 }
 
-// loopbackNode is one of three test instances on 127.0.0.x.
-func loopbackNode(v bird.Version, kernel *bird.KernelConfig) bird.StandaloneConfig {
-	return bird.StandaloneConfig{
-		Mesh: bird.MeshConfig{
-			Version:    v,
-			NodeName:   "node-2",
-			Address:    addr("127.0.0.2"),
-			AS:         64512,
-			ListenPort: 41792,
-			Peers: []bird.Peer{
-				{Name: "node-2", Address: addr("127.0.0.2"), Port: 41792},
-				{Name: "node-3", Address: addr("127.0.0.3"), Port: 41793},
-				{Name: "node-4", Address: addr("127.0.0.4"), Port: 41794},
-			},
-			GracefulRestartWait: 60,
-		},
-		Routes: []netip.Prefix{netip.MustParsePrefix("10.65.2.0/26")},
-		Kernel: kernel,
-	}
-}
-
 var goldenCases = func() []goldenCase {
 	var cases []goldenCase
 	for _, v := range []bird.Version{bird.Bird16, bird.Bird2} {
@@ -83,19 +61,19 @@ var goldenCases = func() []goldenCase {
 			goldenCase{name: tag + "_calico_mesh", version: v, render: func(v bird.Version) ([]byte, error) {
 				return bird.RenderMesh(calicoMesh(v))
 			}},
+			goldenCase{name: tag + "_calico_mesh_bfd", version: v, render: func(v bird.Version) ([]byte, error) {
+				c := calicoMesh(v)
+				c.BFD = &bird.BFD{}
+				return bird.RenderMesh(c)
+			}},
+			goldenCase{name: tag + "_listen_port_bfd", version: v, render: func(v bird.Version) ([]byte, error) {
+				c := calicoMesh(v)
+				c.ListenPort = 1790
+				c.BFD = &bird.BFD{Interval: 100 * time.Millisecond, Multiplier: 5}
+				return bird.RenderMesh(c)
+			}},
 			goldenCase{name: tag + "_alone_defaults", version: v, render: func(v bird.Version) ([]byte, error) {
 				return bird.RenderMesh(bird.MeshConfig{Version: v, NodeName: "node-a", Address: addr("10.0.0.9"), AS: 64512})
-			}},
-			goldenCase{name: tag + "_standalone_loopback", version: v, standalone: true, render: func(v bird.Version) ([]byte, error) {
-				return bird.RenderStandalone(loopbackNode(v, nil))
-			}},
-			goldenCase{name: tag + "_standalone_kernel", version: v, standalone: true, render: func(v bird.Version) ([]byte, error) {
-				return bird.RenderStandalone(loopbackNode(v, &bird.KernelConfig{Export: true}))
-			}},
-			goldenCase{name: tag + "_standalone_include", version: v, standalone: true, includes: true, render: func(v bird.Version) ([]byte, error) {
-				c := loopbackNode(v, &bird.KernelConfig{Export: true})
-				c.MeshInclude = "/etc/rebound/mesh.conf"
-				return bird.RenderStandalone(c)
 			}},
 		)
 	}
@@ -154,35 +132,11 @@ func TestGoldenFilesParseWithBIRD(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.includes {
-				// Point the include at a real mesh file of the same node.
-				mesh := loopbackNode(tc.version, nil).Mesh
-				out, err := bird.RenderMesh(mesh)
-				if err != nil {
-					t.Fatal(err)
-				}
-				dir := t.TempDir()
-				meshPath := filepath.Join(dir, "mesh.conf")
-				golden, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				main := filepath.Join(dir, "bird.conf")
-				if err := os.WriteFile(meshPath, out, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(main, bytes.ReplaceAll(golden, []byte("/etc/rebound/mesh.conf"), []byte(meshPath)), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				path = main
+			main := filepath.Join(t.TempDir(), "bird.conf")
+			if err := os.WriteFile(main, fmt.Appendf(nil, includeWrapper, path), 0o644); err != nil {
+				t.Fatal(err)
 			}
-			if !tc.standalone {
-				main := filepath.Join(t.TempDir(), "bird.conf")
-				if err := os.WriteFile(main, fmt.Appendf(nil, includeWrapper, path), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				path = main
-			}
+			path = main
 			if err := bins.Parse(path); err != nil {
 				t.Fatalf("%s rejects %s: %v", bins.Banner, goldenPath(tc.name), err)
 			}
@@ -233,6 +187,9 @@ func TestRenderRejectsInvalidConfig(t *testing.T) {
 		{"restart wait negative", func(c *bird.MeshConfig) { c.GracefulRestartWait = -5 }, "gracefulRestartWait"},
 		{"restart wait too long", func(c *bird.MeshConfig) { c.GracefulRestartWait = 70000 }, "gracefulRestartWait"},
 		{"filter with a space", func(c *bird.MeshConfig) { c.ExportFilter = "all; import none" }, "exportFilter"},
+		{"BFD interval too short", func(c *bird.MeshConfig) { c.BFD = &bird.BFD{Interval: time.Millisecond} }, "bfd.interval"},
+		{"BFD interval not in milliseconds", func(c *bird.MeshConfig) { c.BFD = &bird.BFD{Interval: 1500 * time.Microsecond} }, "bfd.interval"},
+		{"BFD multiplier too large", func(c *bird.MeshConfig) { c.BFD = &bird.BFD{Multiplier: 256} }, "bfd.multiplier"},
 		{"duplicate peer address", func(c *bird.MeshConfig) { c.Peers[1].Address = c.Peers[0].Address; c.Peers[1].Name = "other" }, "peers[1].address"},
 	}
 	for _, tc := range tests {
@@ -246,33 +203,6 @@ func TestRenderRejectsInvalidConfig(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.field) {
 				t.Errorf("error does not name field %s: %v", tc.field, err)
-			}
-		})
-	}
-}
-
-func TestRenderStandaloneRejectsInvalidConfig(t *testing.T) {
-	tests := []struct {
-		name   string
-		change func(*bird.StandaloneConfig)
-		field  string
-	}{
-		{"no listen port", func(c *bird.StandaloneConfig) { c.Mesh.ListenPort = 0 }, "mesh.listenPort"},
-		{"own filters", func(c *bird.StandaloneConfig) { c.Mesh.ExportFilter = "mine" }, "mesh.importFilter/exportFilter"},
-		{"route with host bits", func(c *bird.StandaloneConfig) { c.Routes[0] = netip.MustParsePrefix("10.65.2.1/26") }, "routes[0]"},
-		{"IPv6 route", func(c *bird.StandaloneConfig) { c.Routes[0] = netip.MustParsePrefix("fd00::/64") }, "routes[0]"},
-		{"IPv6 router id", func(c *bird.StandaloneConfig) { c.RouterID = addr("fd00::1") }, "routerID"},
-		{"bad mesh field", func(c *bird.StandaloneConfig) { c.Mesh.NodeName = "x{" }, "nodeName"},
-		{"relative include", func(c *bird.StandaloneConfig) { c.MeshInclude = "mesh.conf" }, "meshInclude"},
-		{"include with a quote", func(c *bird.StandaloneConfig) { c.MeshInclude = `/a"; protocol x {` }, "meshInclude"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			c := loopbackNode(bird.Bird2, nil)
-			c.Routes = append([]netip.Prefix(nil), c.Routes...)
-			tc.change(&c)
-			if _, err := bird.RenderStandalone(c); err == nil || !strings.Contains(err.Error(), tc.field) {
-				t.Errorf("error %v does not name field %s", err, tc.field)
 			}
 		})
 	}

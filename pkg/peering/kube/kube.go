@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 )
 
@@ -49,14 +50,7 @@ func BGPPort(n *corev1.Node) uint16 {
 
 // Ready returns whether the node's Ready condition is True and when that
 // condition last changed (zero when the node has no Ready condition).
-func Ready(n *corev1.Node) (bool, time.Time) {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
-		}
-	}
-	return false, time.Time{}
-}
+func Ready(n *corev1.Node) (bool, time.Time) { return kubestatus.NodeReadySince(n) }
 
 // InSet reports whether the node carries peering.rebound.dev/in-set=true.
 func InSet(n *corev1.Node) bool { return n.Labels[peering.LabelInSet] == "true" }

@@ -1,10 +1,11 @@
-package main
+// Package agentcmd is the `agent` command, shared by rebound (run it by
+// hand, with a kubeconfig) and rebound-manager (the image's DaemonSet).
+package agentcmd
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -13,22 +14,23 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"rebound/internal/agent"
+	"rebound/internal/cli"
 	"rebound/pkg/peering/bird"
 )
 
-func newAgentCommand() *cobra.Command {
+// NewCommand returns `agent`.
+func NewCommand() *cobra.Command {
 	var (
 		opts       agent.Options
-		kubeconfig string
+		kube       *cli.KubeFlags
+		logFlags   *cli.LogFlags
 		address    string
 		version    string
 		as         uint32
 		listenPort uint16
 		healthAddr string
-		logLevel   string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -93,18 +95,18 @@ Probes on --health-addr:
 				}
 				opts.Address = a
 			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+			logger, _, err := logFlags.Setup(cmd.ErrOrStderr())
+			if err != nil {
+				return err
 			}
-			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			opts.Logger = logger
 
 			if err := opts.WithDefaults().ValidateFlags(); err != nil {
 				return fmt.Errorf("rebound agent: %w", err)
 			}
-			cfg, err := clientcmd.BuildConfigFromFlags(kubeconfig, "")
+			cfg, err := kube.RESTConfig("rebound-agent/" + opts.NodeName)
 			if err != nil {
-				return fmt.Errorf("kubeconfig: %w (outside a pod, pass --kubeconfig)", err)
+				return err
 			}
 			if opts.Client, err = kubernetes.NewForConfig(cfg); err != nil {
 				return err
@@ -117,7 +119,8 @@ Probes on --health-addr:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty means the pod's service account")
+	kube = cli.AddKubeFlags(cmd, cli.Omit{Namespace: true, Impersonation: true})
+	logFlags = cli.AddLogFlags(cmd)
 	f.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	f.StringVar(&version, "bird-version", string(bird.Bird16), "BIRD configuration syntax: 1.6 (calico-node's BIRD) or 2")
 	f.StringVar(&opts.MeshPath, "mesh-file", "", "absolute path of the include file to write; BIRD's configuration must include it last")
@@ -131,6 +134,9 @@ Probes on --health-addr:
 	f.Uint16Var(&listenPort, "listen-port", 0, "listen for BGP on --address and this port only (several BIRDs on one host); 0 keeps BIRD's default, port 179 everywhere")
 	f.IntVar(&opts.GracefulRestartTime, "graceful-restart-time", bird.DefaultGracefulRestartTime, "seconds peers keep this node's routes while it restarts (BIRD's per-peer graceful restart time, Calico's nodeMeshMaxRestartTime)")
 	f.IntVar(&opts.GracefulRestartWait, "graceful-restart-wait", bird.DefaultGracefulRestartWait, "longest time BIRD in graceful-restart recovery (bird -R) waits for peers before it programs routes (BIRD's global graceful restart wait)")
+	f.BoolVar(&opts.BFD, "bfd", true, "run BFD with every peer (bfd graceful): a dead peer's session drops in --bfd-interval x --bfd-multiplier instead of the BGP hold time (240 s), and the controller's prune grace counts from that moment; peers without BFD are unaffected")
+	f.DurationVar(&opts.BFDInterval, "bfd-interval", bird.DefaultBFDInterval, "BFD transmit and receive interval, whole milliseconds, 10ms..10s")
+	f.IntVar(&opts.BFDMultiplier, "bfd-multiplier", bird.DefaultBFDMultiplier, "BFD intervals without a packet before a peer is down, 1..255")
 	f.StringVar(&opts.ImportFilter, "import-filter", "", "BIRD filter for routes from peers (Calico: calico_import_from_bgp_peers); empty means all")
 	f.StringVar(&opts.ExportFilter, "export-filter", "", "BIRD filter for routes to peers (Calico: calico_export_to_bgp_peers); empty means all")
 	f.DurationVar(&opts.Debounce, "debounce", agent.DefaultDebounce, "collect changes of the peer set this long before one reload")
@@ -140,7 +146,6 @@ Probes on --health-addr:
 	f.DurationVar(&opts.ReportInterval, "report-interval", agent.DefaultReportInterval, "refresh the session report at least this often; keep it well below the controller's --session-report-max-age")
 	f.DurationVar(&opts.ReadyAfter, "ready-after", agent.DefaultReadyAfter, "report ready after this long up even if peers in the set are not Established")
 	f.StringVar(&healthAddr, "health-addr", ":9810", "address of /readyz and /healthz; empty disables them")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
 

@@ -25,8 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"rebound/internal/birdproc"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdproc"
 )
 
 // Options describe a lab.
@@ -191,12 +191,12 @@ func (l *Lab) Peers(except *Node) []bird.Peer {
 }
 
 func (l *Lab) writeConfig(n *Node) error {
-	sc := bird.StandaloneConfig{
+	sc := StandaloneConfig{
 		Mesh:   l.MeshConfig(n, l.Peers(n)),
 		Routes: []netip.Prefix{n.Route},
 	}
 	if n.Kernel {
-		sc.Kernel = &bird.KernelConfig{Export: true}
+		sc.Kernel = &KernelConfig{Export: true}
 	}
 	if l.opts.Include {
 		sc.MeshInclude = n.MeshPath
@@ -208,7 +208,7 @@ func (l *Lab) writeConfig(n *Node) error {
 			return err
 		}
 	}
-	out, err := bird.RenderStandalone(sc)
+	out, err := RenderStandalone(sc)
 	if err != nil {
 		return err
 	}

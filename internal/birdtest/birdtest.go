@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"rebound/internal/birdproc"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdproc"
 )
 
 // Environment variables read by Find and Require.

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"rebound/internal/birdlab"
+	"rebound/internal/birdtest"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/bird/birdlab"
-	"rebound/pkg/peering/bird/birdtest"
 )
 
 // TestLabMeshAndKernelTable: a three-node lab converges, every node learns

@@ -1,33 +1,35 @@
-package main
+// Package controllercmd is the `controller` command, shared by rebound (run
+// it locally with a kubeconfig) and rebound-manager (the image).
+package controllercmd
 
 import (
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"rebound/internal/cli"
 	"rebound/internal/controller"
 	"rebound/pkg/peering/calico"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
 )
 
-func newControllerCommand() *cobra.Command {
+// DefaultNamespace holds the leader-election Lease and the stop switch
+// unless -n says otherwise.
+const DefaultNamespace = "rebound-system"
+
+// NewCommand returns `controller`.
+func NewCommand() *cobra.Command {
 	var (
-		kubeconfig string
+		kube       *cli.KubeFlags
+		logFlags   *cli.LogFlags
 		mgrOpts    controller.ManagerOptions
 		recOpts    controller.RecoveryOptions
 		stopSwitch string
-		namespace  string
-		logFormat  string
-		verbosity  int
 
 		peeringOn     bool
 		peeringOpts   controller.PeeringOptions
@@ -62,11 +64,12 @@ The zone flags must match kube-controller-manager's, or rebound mispredicts
 upstream eviction.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger, err := newLogger(cmd, logFormat, verbosity)
+			_, logger, err := logFlags.Setup(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			ctrl.SetLogger(logger)
+			namespace := kube.Namespace(DefaultNamespace)
 			recOpts.ZoneConfig = zc
 			if err := zc.Validate(); err != nil {
 				return err
@@ -77,7 +80,7 @@ upstream eviction.`,
 			if mgrOpts.LeaderElectionNamespace == "" {
 				mgrOpts.LeaderElectionNamespace = namespace
 			}
-			cfg, err := restConfig(kubeconfig)
+			cfg, err := kube.RESTConfig("rebound-controller")
 			if err != nil {
 				return err
 			}
@@ -119,8 +122,9 @@ upstream eviction.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
-	f.StringVar(&namespace, "namespace", "rebound-system", "namespace of the leader-election Lease and the stop switch")
+	kube = cli.AddKubeFlags(cmd, cli.Omit{})
+	f.Lookup("namespace").Usage = "namespace of the leader-election Lease and the stop switch (default " + DefaultNamespace + ")"
+	logFlags = cli.AddLogFlags(cmd)
 	f.StringVar(&mgrOpts.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables it)")
 	f.StringVar(&mgrOpts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables them)")
 	f.BoolVar(&mgrOpts.LeaderElect, "leader-elect", false, "elect a leader among replicas, so that only one acts")
@@ -142,34 +146,5 @@ upstream eviction.`,
 	f.DurationVar(&peeringOpts.SessionReportMaxAge, "peering-session-report-max-age", 0, "ignore agents' BGP session reports older than this (0: 3m)")
 	f.BoolVar(&calicoOn, "calico", false, "with --peering: also publish a Calico BGPPeer (crd.projectcalico.org) that meshes the nodes of the set; see docs/peering-calico.md for turning Calico's node-to-node mesh off")
 	f.DurationVar(&calicoRestart, "calico-max-restart-time", 0, "with --calico: the BGPPeer's maxRestartTime (BIRD's per-peer graceful restart time; 0 keeps Calico's 120s)")
-	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
-	f.IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 = actions and errors, higher = more)")
 	return cmd
-}
-
-// restConfig loads a kubeconfig the usual way: the flag, $KUBECONFIG,
-// ~/.kube/config, then the in-cluster service account.
-func restConfig(path string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = path
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no Kubernetes API to talk to: %w (pass --kubeconfig, set KUBECONFIG, or run in a pod)", err)
-	}
-	cfg.UserAgent = "rebound"
-	return cfg, nil
-}
-
-func newLogger(cmd *cobra.Command, format string, verbosity int) (logr.Logger, error) {
-	opts := &slog.HandlerOptions{Level: slog.Level(-verbosity)}
-	var h slog.Handler
-	switch format {
-	case "text":
-		h = slog.NewTextHandler(cmd.ErrOrStderr(), opts)
-	case "json":
-		h = slog.NewJSONHandler(cmd.ErrOrStderr(), opts)
-	default:
-		return logr.Logger{}, fmt.Errorf("--log-format %q is not supported: use text or json", format)
-	}
-	return logr.FromSlogHandler(h), nil
 }

@@ -1,0 +1,51 @@
+// Command rebound-manager is what runs in the cluster: the recovery and
+// peering controller (a Deployment) and the BGP node agent (a DaemonSet).
+// It is the binary of the container image.
+//
+// It carries only those two commands and version, so it links none of the
+// operator CLI's etcd server, sandbox, demo or BIRD-lab code; the test
+// beside this file keeps it so. The commands are the very ones `rebound
+// controller` and `rebound agent` run (internal/cli).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"rebound/internal/cli"
+	"rebound/internal/cli/agentcmd"
+	"rebound/internal/cli/controllercmd"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCommand().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "rebound-manager",
+		Short: "rebound's in-cluster binary: the controller (Deployment) and the BGP node agent (DaemonSet)",
+		Long: `rebound-manager is the binary of rebound's container image. It runs
+
+  rebound-manager controller --leader-elect   # the Deployment (deploy/controller)
+  rebound-manager agent --node-name=$NODE_NAME ...  # the DaemonSet beside BIRD (deploy/agent)
+
+The same commands are in the operator CLI as "rebound controller" and
+"rebound agent", for runs outside the cluster with a kubeconfig.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(controllercmd.NewCommand(), agentcmd.NewCommand(), cli.NewVersionCommand())
+	return root
+}

@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"slices"
+
+	"rebound/pkg/peering/bird"
+)
+
+// The start rule: a starting node has nothing to protect.
+//
+// The published set keeps a NotReady node for its prune grace period so
+// that established sessions with a node that may still forward do not
+// churn. A node whose BIRD is (re)starting has no sessions to protect:
+// every peer it renders for BIRD's start is one BIRD waits for (graceful
+// restart recovery, up to `graceful restart wait`, 240 s) before it
+// announces and programs any route. So for BIRD's start (--once, and every
+// render while BIRD is not running or still in graceful-restart recovery)
+// the agent renders only the peers with evidence that they can answer now.
+// Once BIRD's recovery is over, the whole published set is rendered again,
+// so a peer left out at start joins seconds later, as any peer that
+// becomes Ready does. docs/peering.md, "Starting nodes", proves that this
+// cannot blackhole a live peer.
+
+// StartPeer is what the start rule knows about one peer of the set.
+type StartPeer struct {
+	Peer bird.Peer
+	// Ready is the peer's Ready condition in the API.
+	Ready bool
+	// Alive is the published set's fresh evidence that the peer's BGP
+	// works now: a live agent's session with it Established since after
+	// its NotReady transition, or BFD up.
+	Alive bool
+	// Unreachable is fresh evidence that a Ready peer is not: every working
+	// member of the mesh (Ready, BIRD out of recovery, at least one session
+	// Established) that has it configured reports its session down. It is
+	// what the API has not caught up with yet: a node is NotReady only
+	// after node-monitor-grace-period (40 s), BFD notices in a second.
+	Unreachable bool
+	// LocalEstablished is this node's own BIRD having the session
+	// Established now: first-hand and current, it always counts.
+	LocalEstablished bool
+}
+
+// StartPeers is the start rule: the peers BIRD should start with. A peer
+// is kept when
+//
+//	LocalEstablished || Alive || (Ready && !Unreachable)
+//
+// and left out otherwise: NotReady peers without evidence of life (in
+// their grace period or kept by the set for any other reason), and Ready
+// peers every working mesh member has lost. The result is sorted by
+// address, like the set the agent renders.
+func StartPeers(peers []StartPeer) []bird.Peer {
+	out := make([]bird.Peer, 0, len(peers))
+	for _, p := range peers {
+		if StartKeeps(p) {
+			out = append(out, p.Peer)
+		}
+	}
+	slices.SortFunc(out, func(x, y bird.Peer) int { return x.Address.Compare(y.Address) })
+	return out
+}
+
+// StartKeeps is the start rule for one peer.
+func StartKeeps(p StartPeer) bool {
+	return p.LocalEstablished || p.Alive || (p.Ready && !p.Unreachable)
+}
+
+// Reporter is one member of the mesh's view of its sessions, as its agent
+// reports it: the input of LostByMesh.
+type Reporter struct {
+	Name string
+	// Working: Ready, its report fresh, its BIRD out of graceful-restart
+	// recovery and at least one of its sessions Established. A BIRD that
+	// is itself starting knows nothing about anybody.
+	Working bool
+	// Sessions maps a peer name to "Established now" (BGP Established or
+	// BFD up); a peer it does not have configured is absent.
+	Sessions map[string]bool
+}
+
+// LostByMesh reports whether every working reporter other than peer that
+// has peer configured has lost it, and at least one does: the
+// StartPeer.Unreachable evidence. One working reporter that still has the
+// session keeps the peer; no working reporter says nothing.
+func LostByMesh(peer string, reporters []Reporter) bool {
+	seen := false
+	for _, r := range reporters {
+		if !r.Working || r.Name == peer {
+			continue
+		}
+		up, configured := r.Sessions[peer]
+		if !configured {
+			continue
+		}
+		if up {
+			return false
+		}
+		seen = true
+	}
+	return seen
+}

@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"rebound/pkg/peering/bird"
+)
+
+func TestStartKeeps(t *testing.T) {
+	tests := []struct {
+		name string
+		p    StartPeer
+		want bool
+	}{
+		{"Ready, nothing else known", StartPeer{Ready: true}, true},
+		{"Ready, every working member lost it (died before the API noticed)", StartPeer{Ready: true, Unreachable: true}, false},
+		{"Ready and lost, but this BIRD has it Established", StartPeer{Ready: true, Unreachable: true, LocalEstablished: true}, true},
+		{"NotReady in grace, no evidence (dead)", StartPeer{}, false},
+		{"NotReady with fresh alive evidence (control plane cut, still forwarding)", StartPeer{Alive: true}, true},
+		{"NotReady, alive, and reported unreachable by others", StartPeer{Alive: true, Unreachable: true}, true},
+		{"NotReady, this BIRD has it Established", StartPeer{LocalEstablished: true}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := StartKeeps(tc.p); got != tc.want {
+				t.Errorf("StartKeeps(%+v) = %v, want %v", tc.p, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStartPeersSeed003 is the cluster: 10 nodes, 5 die, node-1
+// returns 10 s later, before the API marks the others NotReady. The live
+// members' BFD already lost them: only the live nodes are rendered.
+func TestStartPeersSeed003(t *testing.T) {
+	var peers []StartPeer
+	var reporters []Reporter
+	dead := map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true}
+	for i := range 10 {
+		name := nodeName(i)
+		if i != 1 && !dead[i] {
+			s := map[string]bool{}
+			for j := range 10 {
+				if j != i {
+					s[nodeName(j)] = !dead[j]
+				}
+			}
+			reporters = append(reporters, Reporter{Name: name, Working: true, Sessions: s})
+		}
+	}
+	for i := range 10 {
+		if i == 1 {
+			continue
+		}
+		name := nodeName(i)
+		peers = append(peers, StartPeer{
+			Peer:        bird.Peer{Name: name, Address: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
+			Ready:       true, // the API has not noticed yet
+			Unreachable: LostByMesh(name, reporters),
+		})
+	}
+	got := peerNames(StartPeers(peers))
+	want := []string{"node-0", "node-6", "node-7", "node-8", "node-9"}
+	if !equalStrings(got, want) {
+		t.Errorf("start set %v, want the live nodes %v", got, want)
+	}
+}
+
+func TestLostByMesh(t *testing.T) {
+	working := func(name string, s map[string]bool) Reporter { return Reporter{Name: name, Working: true, Sessions: s} }
+	tests := []struct {
+		name      string
+		reporters []Reporter
+		want      bool
+	}{
+		{"no reporter says nothing", nil, false},
+		{"every working reporter lost it", []Reporter{working("a", map[string]bool{"x": false}), working("b", map[string]bool{"x": false})}, true},
+		{"one working reporter still has it", []Reporter{working("a", map[string]bool{"x": false}), working("b", map[string]bool{"x": true})}, false},
+		{"reporters that do not peer with it say nothing", []Reporter{working("a", map[string]bool{"y": true})}, false},
+		{"a starting reporter (every BIRD restarting at once) says nothing", []Reporter{{Name: "a", Sessions: map[string]bool{"x": false}}}, false},
+		{"its own report is not evidence", []Reporter{working("x", map[string]bool{"x": false})}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := LostByMesh("x", tc.reporters); got != tc.want {
+				t.Errorf("LostByMesh = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func nodeName(i int) string { return "node-" + string(rune('0'+i)) }
+
+func equalStrings(a, b []string) bool { return slices.Equal(a, b) }

@@ -1,0 +1,78 @@
+package restore
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rebound/api/v1alpha1"
+	"rebound/pkg/kubestatus"
+	"rebound/pkg/rescue"
+)
+
+// nodeHealth combines the API's Ready condition with the heartbeats seen.
+func (b *bringup) nodeHealth(s *clusterState) map[string]NodeHealth {
+	out := make(map[string]NodeHealth, len(s.nodes))
+	ready := 0
+	for _, n := range s.nodes {
+		h := NodeHealth{Ready: kubestatus.NodeReady(n), Heartbeat: b.beats.observe(n.Name, s.heartbeat[n.Name])}
+		out[n.Name] = h
+		if h.Ready {
+			ready++
+		}
+		var what string
+		switch {
+		case !h.Ready:
+			what = "NotReady"
+		case h.Heartbeat:
+			what = "Ready, heartbeat seen: alive"
+		default:
+			what = "Ready in the API, waiting for a heartbeat (its status may date from the backup)"
+		}
+		b.out.change("node/"+n.Name, what, "node %s: %s", n.Name, what)
+	}
+	b.result.ReadyNodes = ready
+	return out
+}
+
+// snapshot builds the planner's input: every node, and of the essential
+// workloads' namespaces only the essential pods and their owners.
+func (b *bringup) snapshot(s *clusterState, now time.Time) rescue.Snapshot {
+	snap := rescue.Snapshot{
+		Now:           now,
+		Nodes:         s.nodes,
+		Namespaces:    s.namespaces,
+		PVCs:          s.pvcs,
+		Policies:      []*v1alpha1.RecoveryPolicy{b.policy},
+		ZoneConfig:    b.opts.ZoneConfig,
+		PreviousZones: b.zones,
+		Defaults:      rescue.Defaults{ReplacementTimeout: b.opts.ReplacementTimeout},
+	}
+	for _, r := range b.refs {
+		snap.Pods = append(snap.Pods, s.podsOf(r)...)
+		if d := s.workloads[r].deployment; d != nil {
+			snap.Deployments = append(snap.Deployments, d)
+			for _, rs := range s.replicaSets {
+				if ref := metav1.GetControllerOfNoCopy(rs); ref != nil && ref.UID == d.UID {
+					snap.ReplicaSets = append(snap.ReplicaSets, rs)
+				}
+			}
+		}
+	}
+	return snap
+}
+
+// criticalOf returns the plan's pods that belong to workload r.
+func criticalOf(plan rescue.Plan, s *clusterState, r WorkloadRef) []rescue.CriticalPod {
+	mine := map[string]bool{}
+	for _, p := range s.podsOf(r) {
+		mine[p.Name] = true
+	}
+	var out []rescue.CriticalPod
+	for _, cp := range plan.Critical {
+		if cp.Namespace == r.Namespace && mine[cp.Name] {
+			out = append(out, cp)
+		}
+	}
+	return out
+}
