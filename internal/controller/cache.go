@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/rescue"
 )
 
@@ -180,7 +181,7 @@ func cachedNodeNotReady(r client.Reader) nodeNotReadyFunc {
 		if err := r.Get(context.Background(), types.NamespacedName{Name: name}, &n, client.UnsafeDisableDeepCopy); err != nil {
 			return true
 		}
-		return rescue.NodeNotReady(&n)
+		return !kubestatus.NodeReady(&n)
 	}
 }
 
@@ -223,10 +224,8 @@ func nodePredicate() predicate.Predicate {
 }
 
 func readyOf(n *corev1.Node) corev1.NodeCondition {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c
-		}
+	if c := kubestatus.NodeReadyCondition(n); c != nil {
+		return *c
 	}
 	return corev1.NodeCondition{}
 }

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/rescue"
 )
 
@@ -43,7 +44,7 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 	}
 	s.Nodes = pointers(nodes.Items)
 	for _, n := range s.Nodes {
-		if !rescue.NodeNotReady(n) {
+		if kubestatus.NodeReady(n) {
 			continue
 		}
 		var pods corev1.PodList

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"rebound/pkg/kubestatus"
 )
 
 // MaxNodes is the largest sandbox Start accepts. What a machine really
@@ -145,7 +147,7 @@ func (c *Cluster) createNodes(ctx context.Context, opts Options) error {
 		}
 		ready := map[string]bool{}
 		for i := range list.Items {
-			ready[list.Items[i].Name] = NodeReady(&list.Items[i])
+			ready[list.Items[i].Name] = kubestatus.NodeReady(&list.Items[i])
 		}
 		notReady = notReady[:0]
 		for _, n := range c.NodeNames {
