@@ -129,21 +129,13 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 	records := map[string][]v1alpha1.ActionRecord{}
 	var errs []error
 	acted := false
-	for _, a := range plan.Actions {
-		why := ""
-		switch {
-		case stopped:
-			why = fmt.Sprintf("stop switch ConfigMap %s exists", r.opts.StopSwitch)
-		case r.opts.DryRun:
-			why = "controller runs with --dry-run"
-		case a.DryRun:
-			why = "policy " + a.Policy + " has dryRun: true"
-		}
-		if why != "" {
+	done := r.applyAll(ctx, plan.Actions, stopped) // recovery_parallel.go
+	for i, a := range plan.Actions {
+		if why := r.holdReason(a, stopped); why != "" {
 			r.announce(ctx, log, a, owners, why)
 			continue
 		}
-		result, err := r.apply(ctx, a)
+		result, err := done[i].result, done[i].err
 		rescuesTotal.WithLabelValues(string(a.Kind), result).Inc()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", a.Key(), err))
