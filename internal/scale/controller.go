@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -17,17 +15,10 @@ import (
 	"syscall"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"rebound/deploy"
-	"rebound/internal/controller"
+	"rebound/internal/install"
 	"rebound/internal/sandbox"
 )
 
@@ -44,71 +35,16 @@ func BuildRebound(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// Install applies the RecoveryPolicy CRD, the rebound-system namespace and
-// the controller's roles from deploy/, and binds the roles to the sandbox's
-// rebound identity (sandbox.ReboundUser), so that a controller run with
-// c.ReboundKubeconfig has exactly the rights it has in a cluster and its
-// requests can be told apart in the audit log.
+// Install puts rebound's CRD and the controller's roles on the sandbox,
+// bound to its rebound identity (sandbox.ReboundUser), so that a
+// controller run with c.ReboundKubeconfig has exactly the rights it has in
+// a cluster and its requests can be told apart in the audit log.
 func Install(ctx context.Context, c *sandbox.Cluster) (client.Client, error) {
-	scheme := controller.Scheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	cl, err := client.New(c.Config, client.Options{Scheme: scheme})
+	cl, err := install.NewClient(c.Config)
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range [][]byte{deploy.RecoveryPolicyCRD, deploy.Namespace, deploy.ControllerRBAC} {
-		if err := Apply(ctx, cl, m); err != nil {
-			return nil, err
-		}
-	}
-	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: sandbox.ReboundUser}}
-	for _, obj := range []client.Object{
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "rebound-scale-user"}, Subjects: subject,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "rebound-controller"}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "rebound-scale-user", Namespace: "rebound-system"}, Subjects: subject,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "rebound-leader-election"}},
-	} {
-		if err := cl.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("bind the controller's roles to %s: %w", sandbox.ReboundUser, err)
-		}
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		var crd apiextensionsv1.CustomResourceDefinition
-		if err := cl.Get(ctx, client.ObjectKey{Name: "recoverypolicies.rebound.dev"}, &crd); err != nil {
-			return false, nil //nolint:nilerr // poll until the deadline
-		}
-		for _, cond := range crd.Status.Conditions {
-			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("RecoveryPolicy CRD not established: %w", err)
-	}
-	return cl, nil
-}
-
-// Apply server-side applies every object of a YAML manifest.
-func Apply(ctx context.Context, cl client.Client, manifest []byte) error {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
-		if err := cl.Patch(ctx, &obj, client.Apply, client.FieldOwner("rebound-scale"), client.ForceOwnership); err != nil {
-			return fmt.Errorf("apply %s %s: %w", obj.GetKind(), obj.GetName(), err)
-		}
-	}
+	return cl, install.ControllerFor(ctx, cl, "rebound-scale", sandbox.ReboundUser)
 }
 
 // Controller is `rebound controller` running as its own process against a

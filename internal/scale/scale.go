@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"rebound/internal/install"
 	"rebound/internal/sandbox"
 )
 
@@ -274,7 +275,7 @@ spec:
     maxConcurrent: 100
     maxActionsPerMinute: 1000
 `, ns, ns, o.MaxUnavailable)
-		if err := Apply(ctx, cl, []byte(policy)); err != nil {
+		if err := install.Apply(ctx, cl, "rebound-scale", []byte(policy)); err != nil {
 			return err
 		}
 	}
