@@ -14,6 +14,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"rebound/internal/sandbox"
 	"rebound/internal/scale"
 )
@@ -63,6 +66,8 @@ Flags:
 		}
 		sizes = append(sizes, n)
 	}
+	// The bench's own clients log nothing worth reading.
+	ctrl.SetLogger(logr.Discard())
 	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Progress: os.Stderr})
 	if err != nil {
 		return err

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"rebound/internal/sandbox"
 	"rebound/internal/scale"
 )
@@ -14,6 +17,7 @@ import (
 // stranded in the PartialDisruption zone must be deleted exactly once.
 // The figures are printed; only these two properties are asserted.
 func TestScaleSmall(t *testing.T) {
+	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
 	o := scale.Options{Nodes: 30, CriticalPods: 36, PodsPerNode: 5, Steady: 30 * time.Second, ReboundBin: reboundBinary}
 	opts, err := scale.SandboxOptions(o, sandbox.FastTimings())
 	if err != nil {
