@@ -143,6 +143,7 @@ func printScaleMetrics(w io.Writer, o scale.Options, r scale.Result) {
 	fmt.Fprintf(w, "METRIC %sdeadline_to_delete_p50=%.3f s\n", p, r.P50)
 	fmt.Fprintf(w, "METRIC %sdeadline_to_delete_p99=%.3f s\n", p, r.P99)
 	fmt.Fprintf(w, "METRIC %spass_ms=%.1f ms\n", p, r.PassMs)
+	fmt.Fprintf(os.Stderr, "  latest delete after its deadline: %s\n", r.Latest)
 	for _, name := range sortedKeys(r.Components) {
 		u := r.Components[name]
 		fmt.Fprintf(w, "METRIC %s%s_rss=%.0f MiB\n", p, metricName(name), u.RSSMiB)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"syscall"
 	"time"
 
@@ -123,8 +124,11 @@ type Result struct {
 	// deadline (node Ready lastTransitionTime + maxUnavailableTime) to
 	// the apiserver's completion of rebound's delete.
 	DeadlineToDelete []float64 `json:"deadlineToDelete"`
-	P50              float64   `json:"deadlineToDeleteP50"`
-	P99              float64   `json:"deadlineToDeleteP99"`
+	// Latest is the pod deleted latest after its deadline, to look up in
+	// the controller's log.
+	Latest string  `json:"latest"`
+	P50    float64 `json:"deadlineToDeleteP50"`
+	P99    float64 `json:"deadlineToDeleteP99"`
 	// PassMs is the mean planning pass (snapshot + plan) during the
 	// rescue, from rebound_plan_duration_seconds; Passes how many ran.
 	PassMs float64 `json:"passMs"`
@@ -205,7 +209,14 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 	sum0, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_sum")
 	n0, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
 	say("  stopping %d nodes in zone-a with %d stranded critical pods", len(victims), len(stranded))
+	// Cordoned first: a victim whose heartbeats stopped still looks Ready
+	// until its grace period ends, and a replacement scheduled there would
+	// be stranded again. Where replacements land is not what this measures.
+	cordon := []byte(`{"spec":{"unschedulable":true}}`)
 	err = sandbox.Parallel(ctx, len(victims), 16, func(ctx context.Context, i int) error {
+		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, victims[i], types.StrategicMergePatchType, cordon, metav1.PatchOptions{}); err != nil {
+			return err
+		}
 		return c.StopNode(ctx, victims[i])
 	})
 	if err != nil {
@@ -252,7 +263,12 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 			continue
 		}
 		deadline := since[node].Add(o.MaxUnavailable)
-		res.DeadlineToDelete = append(res.DeadlineToDelete, d[0].StageTimestamp.Sub(deadline).Seconds())
+		late := d[0].StageTimestamp.Sub(deadline).Seconds()
+		if len(res.DeadlineToDelete) == 0 || late > slices.Max(res.DeadlineToDelete) {
+			res.Latest = fmt.Sprintf("%s on %s (NotReady at %s, deleted at %s)", key, node,
+				since[node].Format("15:04:05.000"), d[0].StageTimestamp.Format("15:04:05.000"))
+		}
+		res.DeadlineToDelete = append(res.DeadlineToDelete, late)
 	}
 	res.P50, res.P99 = Percentile(res.DeadlineToDelete, 50), Percentile(res.DeadlineToDelete, 99)
 	return res, nil

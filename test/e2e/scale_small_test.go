@@ -50,6 +50,7 @@ func TestScaleSmall(t *testing.T) {
 	metric(t, "scale30_deadline_to_delete_p50", res.P50, "s")
 	metric(t, "scale30_deadline_to_delete_p99", res.P99, "s")
 	metric(t, "scale30_pass_ms", res.PassMs, "ms")
+	t.Logf("latest delete after its deadline: %s", res.Latest)
 	t.Logf("idle requests by verb in %s: %v (leader-election lease writes %d)", res.Idle.Window.Round(time.Second), res.Idle.ByVerb, res.Idle.LeaseWrites)
 
 	if res.Idle.Writes != 0 {
