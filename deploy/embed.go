@@ -9,8 +9,28 @@ import _ "embed"
 //go:embed crd/rebound.dev_recoverypolicies.yaml
 var RecoveryPolicyCRD []byte
 
+// PeeringReportCRD is the PeeringReport CustomResourceDefinition: the
+// agents' BGP session reports.
+//
+//go:embed crd/rebound.dev_peeringreports.yaml
+var PeeringReportCRD []byte
+
 // DefaultRecoveryPolicy is the default RecoveryPolicy (kube-system critical
 // pods, 30 s).
 //
 //go:embed policy/default-recoverypolicy.yaml
 var DefaultRecoveryPolicy []byte
+
+// The agent's namespace, RBAC and ValidatingAdmissionPolicy (deploy/agent),
+// and the controller's namespace (deploy/controller), for tests and the
+// demo that install the agent's confinement on a sandbox.
+var (
+	//go:embed agent/namespace.yaml
+	AgentNamespace []byte
+	//go:embed agent/rbac.yaml
+	AgentRBAC []byte
+	//go:embed agent/admission.yaml
+	AgentAdmission []byte
+	//go:embed controller/namespace.yaml
+	ControllerNamespace []byte
+)

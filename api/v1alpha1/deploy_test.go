@@ -36,6 +36,7 @@ import (
 
 const (
 	systemNamespace   = "rebound-system"
+	agentNamespace    = "rebound-agent"
 	defaultPolicyFile = "policy/default-recoverypolicy.yaml"
 )
 
@@ -159,7 +160,17 @@ func TestDeployManifests(t *testing.T) {
 		switch m.obj.(type) {
 		case *unstructured.Unstructured:
 			// scope unknown here
-		case *corev1.ServiceAccount, *appsv1.Deployment, *appsv1.DaemonSet, *rbacv1.Role, *rbacv1.RoleBinding:
+		case *corev1.ServiceAccount, *appsv1.DaemonSet:
+			// The agent (hostNetwork, uid 0) has its own privileged
+			// namespace; everything else lives in the restricted one.
+			want := systemNamespace
+			if strings.HasPrefix(m.file, "agent/") {
+				want = agentNamespace
+			}
+			if meta.GetNamespace() != want {
+				t.Errorf("%s: %s must be in namespace %s", m.file, key, want)
+			}
+		case *appsv1.Deployment, *rbacv1.Role, *rbacv1.RoleBinding:
 			if meta.GetNamespace() != systemNamespace {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, systemNamespace)
 			}
@@ -214,8 +225,13 @@ func TestDeployManifests(t *testing.T) {
 			crds = append(crds, c)
 		}
 	}
-	if len(crds) != 1 || crds[0].Name != "recoverypolicies.rebound.dev" {
-		t.Errorf("want the one CRD recoverypolicies.rebound.dev, have %d", len(crds))
+	var names []string
+	for _, c := range crds {
+		names = append(names, c.Name)
+	}
+	sort.Strings(names)
+	if want := []string{"peeringreports.rebound.dev", "recoverypolicies.rebound.dev"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("CRDs = %v, want %v", names, want)
 	}
 }
 
@@ -443,7 +459,9 @@ func TestControllerDeployment(t *testing.T) {
 			}
 			d = o
 		case *corev1.Namespace:
-			ns = o
+			if o.Name == systemNamespace {
+				ns = o
+			}
 		case *corev1.ServiceAccount:
 			serviceAccounts.Insert(o.Name)
 		}

@@ -1,4 +1,5 @@
-// Package v1alpha1 holds rebound's API: the RecoveryPolicy.
+// Package v1alpha1 holds rebound's API: the RecoveryPolicy, and the
+// PeeringReport each rebound agent writes about its node's BGP sessions.
 // +kubebuilder:object:generate=true
 // +groupName=rebound.dev
 package v1alpha1
@@ -19,7 +20,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &RecoveryPolicy{}, &RecoveryPolicyList{})
+	s.AddKnownTypes(GroupVersion, &RecoveryPolicy{}, &RecoveryPolicyList{}, &PeeringReport{}, &PeeringReportList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -7,15 +7,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -38,18 +37,19 @@ type Agent struct {
 
 	// Owned by the Run goroutine.
 	syncer     *Syncer
-	lister     listersv1.NodeLister
+	lister     listersv1.ConfigMapNamespaceLister
 	retryDelay time.Duration
-	lastReport *peering.SessionReport // last one written to the Node
-	warned     map[string]bool        // peers without an address, logged once
+	lastReport *peering.Report // last one written
+	refused    string          // why the current document was refused, logged once
 	// starting: BIRD is not running or in graceful-restart recovery, so
 	// the start rule (StartPeers) picks the peers; see start.go.
 	starting bool
 
 	mu      sync.Mutex // guards what the HTTP handlers and Stats read
 	stats   Stats
-	peers   []bird.Peer            // the set as last applied or attempted
-	status  *peering.SessionReport // last read of BIRD
+	peers   []bird.Peer      // the set as last applied or attempted
+	doc     *peering.PeerSet // the document peers came from
+	status  *sessionView     // last read of BIRD
 	running bool
 	beat    time.Time // last loop activity
 }
@@ -67,8 +67,15 @@ type Stats struct {
 	Rejected    int
 	Unreachable int
 	Staged      int
-	// Reports is how many session reports were written to the Node.
+	// Reports is how many session reports were written.
 	Reports int
+	// Refused counts published sets the agent would not apply (empty,
+	// below their floor, unreadable); LastRefusal says why. The last good
+	// file stays.
+	Refused     int
+	LastRefusal string
+	// Generation is the published set's generation last applied.
+	Generation int64
 	// LastError is the last failure, "" after a success.
 	LastError string
 }
@@ -84,17 +91,38 @@ func New(opts Options) (*Agent, error) {
 		log:      opts.Logger.With("node", opts.NodeName),
 		clock:    opts.Clock,
 		trigger:  make(chan struct{}, 1),
-		warned:   map[string]bool{},
 		starting: true,
 	}, nil
 }
 
 // Run works until ctx ends: it resolves the node's address, starts the
-// watch on the set, and then reacts to changes of the set, to the
-// debounce and retry timers and to the status ticker. It returns nil when
-// ctx ends and an error only for what it cannot work without.
+// watch on the published set, and then reacts to changes of the set, to
+// the debounce and retry timers and to the status ticker. It returns nil
+// when ctx ends and an error only for what it cannot work without. With
+// Once, everything is bounded by OnceTimeout (see runOnce).
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = a.clock.Now()
+	if a.opts.Once {
+		return a.runOnce(ctx)
+	}
+	if err := a.prepare(ctx); err != nil {
+		return err
+	}
+	stop, err := a.watchSet(ctx)
+	if stop != nil {
+		defer stop()
+	}
+	if err != nil || ctx.Err() != nil {
+		return err
+	}
+	a.setRunning()
+	a.kick()
+	return a.loop(ctx)
+}
+
+// prepare resolves this node's address (from its Node unless given) and
+// builds the syncer.
+func (a *Agent) prepare(ctx context.Context) error {
 	base := a.opts.meshBase()
 	if !base.Address.IsValid() {
 		addr, err := a.ownAddress(ctx)
@@ -112,44 +140,42 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.syncer = syncer
 	a.log.Info("agent starting", "address", base.Address, "mesh", a.opts.MeshPath, "socket", a.opts.Socket, "bird", a.opts.Version,
-		"gracefulRestartTime", base.GracefulRestartTime, "gracefulRestartWait", base.GracefulRestartWait)
+		"peerSet", a.opts.PeerSet.String(), "gracefulRestartTime", base.GracefulRestartTime, "gracefulRestartWait", base.GracefulRestartWait)
+	return nil
+}
 
+// watchSet starts the informer on the ONE published ConfigMap (a field
+// selector on its name: RBAC grants get/list/watch on that name only) and
+// waits for it to sync. stop ends the watch.
+func (a *Agent) watchSet(ctx context.Context) (stop func(), err error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = peering.LabelInSet + "=true" }))
-	inf := factory.Core().V1().Nodes()
+		informers.WithNamespace(a.opts.PeerSet.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.PeerSet.Name).String()
+		}))
+	inf := factory.Core().V1().ConfigMaps()
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.kick() },
 		DeleteFunc: func(any) { a.kick() },
-		UpdateFunc: func(oldObj, newObj any) {
-			o, n := oldObj.(*corev1.Node), newObj.(*corev1.Node)
-			if kube.InSet(o) != kube.InSet(n) || kube.BGPAddress(o) != kube.BGPAddress(n) || kube.BGPPort(o) != kube.BGPPort(n) {
-				a.kick()
-			}
-		},
+		UpdateFunc: func(any, any) { a.kick() },
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	a.lister = inf.Lister()
+	a.lister = inf.Lister().ConfigMaps(a.opts.PeerSet.Namespace)
 	// Shutdown waits for the informers, which stop when their context
-	// ends: cancel (deferred last, so run first) before Shutdown.
-	defer factory.Shutdown()
+	// ends: cancel before Shutdown.
 	ictx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	stop = func() { cancel(); factory.Shutdown() }
 	factory.Start(ictx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ictx.Done()) {
 		if !ok {
 			if ctx.Err() != nil {
-				return nil
+				return stop, nil
 			}
-			return fmt.Errorf("rebound agent: cache of %v did not sync", typ)
+			return stop, fmt.Errorf("rebound agent: cache of %v did not sync", typ)
 		}
 	}
-	a.setRunning()
-	if a.opts.Once {
-		return a.syncOnce(ctx)
-	}
-	a.kick()
-	return a.loop(ctx)
+	return stop, nil
 }
 
 // loop is the agent's one goroutine of work. Changes of the set start a
@@ -215,10 +241,17 @@ func (a *Agent) nextRetry() time.Duration {
 
 // sync applies the current set; false asks for a retry.
 func (a *Agent) sync(ctx context.Context) bool {
-	peers := a.desiredPeers(ctx)
+	peers, doc, refusal := a.desiredPeers(ctx)
+	if refusal != "" {
+		// Retrying cannot help until the document changes (a watch event).
+		a.noteRefusal(refusal)
+		return true
+	}
+	a.refused = ""
 	outcome, err := a.syncer.Sync(ctx, peers)
 	a.mu.Lock()
-	a.peers = peers
+	a.peers, a.doc = peers, doc
+	a.stats.Generation = doc.Generation
 	a.stats.Syncs++
 	switch outcome {
 	case Reloaded:
@@ -245,7 +278,7 @@ func (a *Agent) sync(ctx context.Context) bool {
 	switch outcome {
 	case Reloaded:
 		a.retryDelay = 0
-		a.log.Info("BIRD reconfigured", "peers", names, "file", a.syncer.Path())
+		a.log.Info("BIRD reconfigured", "generation", doc.Generation, "peers", names, "file", a.syncer.Path())
 		a.poll(ctx) // report the new sessions without waiting for the ticker
 		return true
 	case Unchanged:
@@ -261,75 +294,154 @@ func (a *Agent) sync(ctx context.Context) bool {
 	return false
 }
 
-// syncOnce is --once: one sync; success is a reload, an unchanged file,
-// or a file staged for BIRD's start.
-func (a *Agent) syncOnce(ctx context.Context) error {
-	peers := a.desiredPeers(ctx)
+// runOnce is --once: one sync, everything within OnceTimeout. Success is
+// a reload, an unchanged file, or a file staged for BIRD's start. When the
+// API server cannot be reached in time, or the set is refused, the last
+// good file stays and runOnce returns nil if there is one: BIRD then
+// starts with the set it had, which is never worse than not starting.
+func (a *Agent) runOnce(parent context.Context) error {
+	ctx, cancel := context.WithTimeout(parent, a.opts.OnceTimeout)
+	defer cancel()
+	keep := func(why error) error {
+		if _, err := os.Stat(a.opts.MeshPath); err == nil {
+			a.log.Warn("--once: keeping the last good file", "file", a.opts.MeshPath, "why", why.Error())
+			return nil
+		}
+		return fmt.Errorf("rebound agent --once: %w, and there is no earlier %s to keep", why, a.opts.MeshPath)
+	}
+	if err := a.prepare(ctx); err != nil {
+		if ctx.Err() != nil && parent.Err() == nil {
+			return keep(fmt.Errorf("no answer from the API server within --once-timeout %s: %w", a.opts.OnceTimeout, err))
+		}
+		return err
+	}
+	stop, err := a.watchSet(ctx)
+	if stop != nil {
+		defer stop()
+	}
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		if parent.Err() != nil {
+			return nil
+		}
+		return keep(fmt.Errorf("the published set %s did not arrive within --once-timeout %s", a.opts.PeerSet, a.opts.OnceTimeout))
+	}
+	a.setRunning()
+	peers, doc, refusal := a.desiredPeers(ctx)
+	if refusal != "" {
+		a.noteRefusal(refusal)
+		return keep(errors.New(refusal))
+	}
 	outcome, err := a.syncer.Sync(ctx, peers)
 	a.mu.Lock()
-	a.peers = peers
+	a.peers, a.doc = peers, doc
+	a.stats.Generation = doc.Generation
 	a.stats.Syncs++
 	a.mu.Unlock()
 	switch outcome {
 	case Reloaded, Unchanged, Staged:
-		a.log.Info("peer set applied once", "outcome", outcome, "peers", peerNames(peers), "detail", fmt.Sprint(err))
+		a.log.Info("peer set applied once", "outcome", outcome, "generation", doc.Generation, "peers", peerNames(peers), "detail", fmt.Sprint(err))
 		return nil
 	}
 	return fmt.Errorf("rebound agent --once: %s: %w", outcome, err)
 }
 
 // desiredPeers is what to render now: the published set, or, while BIRD
-// starts, the start rule's part of it.
-func (a *Agent) desiredPeers(ctx context.Context) []bird.Peer {
-	nodes, err := a.lister.List(labels.Everything())
-	if err != nil {
-		a.log.Error("list the peer set from the cache", "error", err)
-		return nil
+// starts, the start rule's part of it (start.go).
+func (a *Agent) desiredPeers(ctx context.Context) ([]bird.Peer, *peering.PeerSet, string) {
+	peers, doc, refusal := a.currentPeers()
+	if refusal != "" {
+		return nil, nil, refusal
 	}
-	peers := a.setPeers(nodes)
 	if a.starting && !a.opts.Once && !a.birdStarting(ctx) {
 		a.starting = false
 	}
 	if !a.starting {
-		return peers
+		return peers, doc, ""
 	}
-	start := StartPeers(a.startView(ctx, nodes, peers, a.clock.Now()))
+	start := StartPeers(a.startView(ctx, doc, peers))
 	if len(start) < len(peers) {
 		a.log.Info("BIRD is starting: peers without evidence of life left out until its recovery ends",
 			"start", peerNames(start), "set", peerNames(peers))
 	}
-	return start
+	return start, doc, ""
 }
 
-// setPeers lists the set from the informer's cache, without this node.
-func (a *Agent) setPeers(nodes []*corev1.Node) []bird.Peer {
-	peers := make([]bird.Peer, 0, len(nodes))
-	for _, n := range nodes {
-		if n.Name == a.opts.NodeName || !kube.InSet(n) {
-			continue // the selector already filters; this guards against a lagging watch
-		}
-		addr := kube.BGPAddress(n)
-		if !addr.IsValid() {
-			if !a.warned[n.Name] {
-				a.warned[n.Name] = true
-				a.log.Warn("node in the peer set has no IPv4 BGP address (projectcalico.org/IPv4Address or InternalIP), skipped", "peer", n.Name)
-			}
+// currentPeers reads the published set from the informer's cache and
+// returns what to render: every member but this node, each with the
+// address and port the controller resolved. refusal, when not empty, says
+// why the document must not be applied (none, unreadable, empty, below
+// its floor); the caller keeps the last good file. Members that cannot be
+// rendered together (a repeated address, this node's own address) are
+// skipped with a warning, never fail the render.
+func (a *Agent) currentPeers() (peers []bird.Peer, doc *peering.PeerSet, refusal string) {
+	cm, err := a.lister.Get(a.opts.PeerSet.Name)
+	if err != nil {
+		return nil, nil, fmt.Sprintf("no published peer set %s (%v): is `rebound controller --peering` running?", a.opts.PeerSet, err)
+	}
+	set, err := kube.PeerSetFromConfigMap(cm)
+	if err != nil {
+		return nil, nil, err.Error()
+	}
+	if reason := Refusal(set); reason != "" {
+		return nil, nil, reason
+	}
+	own := a.syncer.base.Address
+	seen := map[netip.Addr]string{}
+	for _, p := range set.Peers {
+		if p.Name == a.opts.NodeName {
 			continue
 		}
-		delete(a.warned, n.Name)
-		peers = append(peers, bird.Peer{Name: n.Name, Address: addr, Port: kube.BGPPort(n)})
+		if p.Address == own {
+			a.log.Warn("peer has this node's own address, skipped", "peer", p.Name, "address", p.Address)
+			continue
+		}
+		if other, dup := seen[p.Address]; dup {
+			a.log.Warn("two peers share one address, the second is skipped", "peer", p.Name, "other", other, "address", p.Address)
+			continue
+		}
+		seen[p.Address] = p.Name
+		peers = append(peers, bird.Peer{Name: p.Name, Address: p.Address, Port: p.Port})
 	}
 	slices.SortFunc(peers, func(x, y bird.Peer) int { return x.Address.Compare(y.Address) })
-	return peers
+	return peers, &set, ""
+}
+
+// Refusal says why an agent must not apply a published set, "" when it
+// may: an empty set would leave BIRD without peers (the collapse of issue
+// 9), and a set below the floor published with it is not one the
+// controller stands behind.
+func Refusal(set peering.PeerSet) string {
+	switch {
+	case len(set.Peers) == 0:
+		return fmt.Sprintf("published peer set generation %d is empty: refusing to leave BIRD without peers", set.Generation)
+	case len(set.Peers) < set.Floor:
+		return fmt.Sprintf("published peer set generation %d has %d members, below its floor %d", set.Generation, len(set.Peers), set.Floor)
+	}
+	return ""
+}
+
+// noteRefusal counts and logs (once per reason) a set that is not applied.
+func (a *Agent) noteRefusal(why string) {
+	a.mu.Lock()
+	a.stats.Refused++
+	a.stats.LastRefusal = why
+	a.mu.Unlock()
+	if why != a.refused {
+		a.log.Warn("published peer set not applied, last good configuration kept", "why", why)
+		a.refused = why
+	}
 }
 
 // poll reads BIRD's sessions, keeps them for /readyz and reports them when
 // they changed or the last report is getting old.
 func (a *Agent) poll(ctx context.Context) {
 	a.mu.Lock()
-	peers, synced := a.peers, a.stats.Syncs > 0
+	peers, doc, synced := a.peers, a.doc, a.stats.Syncs > 0
 	a.mu.Unlock()
-	if !synced {
+	if !synced || doc == nil {
 		return // the set is not known to BIRD yet: nothing to say
 	}
 	if a.starting && !a.birdStarting(ctx) {
@@ -338,22 +450,39 @@ func (a *Agent) poll(ctx context.Context) {
 		a.kick()
 	}
 	now := a.clock.Now()
-	report := peering.SessionReport{Time: now}
+	var report peering.Report
+	var view *sessionView
 	protos, err := a.opts.Control.Protocols(ctx)
 	if err != nil {
-		report.Error = err.Error()
+		report = peering.Report{Reporter: a.opts.NodeName, ObservedAt: now, SetGeneration: doc.Generation, Error: err.Error()}
+		view = viewOf(nil, err)
 	} else {
-		report.Sessions = sessionStates(peers, protos)
+		var status *bird.Status
+		if st, serr := a.opts.Control.Status(ctx); serr == nil {
+			status = &st
+		} else {
+			a.log.Debug("BIRD status unreadable: session times unknown", "error", serr)
+		}
+		ss := sessions(peers, protos, status, now)
+		ready := make(map[string]bool, len(doc.Peers))
+		for _, p := range doc.Peers {
+			ready[p.Name] = p.Ready
+		}
+		report = peering.CompactReport(a.opts.NodeName, now, doc.Generation, ss, func(peer string) bool { return ready[peer] })
+		view = viewOf(ss, nil)
 	}
 	a.mu.Lock()
-	a.status = &report
+	a.status = view
 	a.beat = now
 	a.mu.Unlock()
 
-	if a.lastReport != nil && a.lastReport.SameSessions(report) && now.Sub(a.lastReport.Time) < a.opts.ReportInterval {
+	if a.opts.Reports == nil {
 		return
 	}
-	if err := a.writeReport(ctx, report); err != nil {
+	if a.lastReport != nil && a.lastReport.SameContent(report) && now.Sub(a.lastReport.ObservedAt) < a.opts.ReportInterval {
+		return
+	}
+	if err := a.opts.Reports.WriteReport(ctx, report); err != nil {
 		a.log.Error("report sessions to the API server", "error", err)
 		return
 	}
@@ -361,15 +490,6 @@ func (a *Agent) poll(ctx context.Context) {
 	a.mu.Lock()
 	a.stats.Reports++
 	a.mu.Unlock()
-}
-
-func (a *Agent) writeReport(ctx context.Context, r peering.SessionReport) error {
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, peering.AnnotationSessions, r.Encode())
-	_, err := a.opts.Client.CoreV1().Nodes().Patch(ctx, a.opts.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		return fmt.Errorf("annotate node %s with %s: %w", a.opts.NodeName, peering.AnnotationSessions, err)
-	}
-	return nil
 }
 
 // ownAddress reads this node's BGP address from its Node object, retrying

@@ -6,20 +6,25 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
+	"rebound/pkg/peering/kube"
 )
 
 func node(name, addr string, inSet bool) *corev1.Node {
@@ -33,28 +38,74 @@ func node(name, addr string, inSet bool) *corev1.Node {
 	return n
 }
 
+var agentT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// publishedSet is the document for the nodes labelled in-set, as the
+// controller would publish it (every member Ready).
+func publishedSet(gen int64, nodes []*corev1.Node) *corev1.ConfigMap {
+	doc := peering.PeerSet{Version: peering.PeerSetVersion, Generation: gen, PublishedAt: agentT0, Peers: []peering.PublishedPeer{}}
+	for _, n := range nodes {
+		if !kube.InSet(n) {
+			continue
+		}
+		doc.Peers = append(doc.Peers, peering.PublishedPeer{Name: n.Name, Address: kube.BGPAddress(n), Ready: true, Reason: peering.InReady})
+	}
+	slices.SortFunc(doc.Peers, func(a, b peering.PublishedPeer) int { return strings.Compare(a.Name, b.Name) })
+	return peerSetConfigMap(doc)
+}
+
+func peerSetConfigMap(doc peering.PeerSet) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: peering.DefaultPeerSetNamespace, Name: peering.DefaultPeerSetName},
+		Data:       map[string]string{peering.PeerSetKey: doc.Encode()},
+	}
+}
+
+// fakeReports records the reports written.
+type fakeReports struct {
+	mu   sync.Mutex
+	last []peering.Report
+}
+
+func (f *fakeReports) WriteReport(_ context.Context, r peering.Report) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last = append(f.last, r)
+	return nil
+}
+
+func (f *fakeReports) latest() peering.Report {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last[len(f.last)-1]
+}
+
 // harness runs an agent on a fake API and a fake clock; the test moves
 // time, it never sleeps: it polls the agent's counters with a deadline.
 type harness struct {
-	t      *testing.T
-	agent  *Agent
-	clock  *clocktesting.FakeClock
-	client *fake.Clientset
-	bird   *fakeControl
+	t       *testing.T
+	agent   *Agent
+	clock   *clocktesting.FakeClock
+	client  *fake.Clientset
+	bird    *fakeControl
+	reports *fakeReports
+	nodes   []*corev1.Node
+	gen     int64
 }
 
 func startHarness(t *testing.T, nodes ...*corev1.Node) *harness {
 	t.Helper()
-	var objs []runtimeObject
+	objs := []runtime.Object{publishedSet(1, nodes)}
 	for _, n := range nodes {
 		objs = append(objs, n)
 	}
-	client := fake.NewClientset(toObjects(objs)...)
-	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	client := fake.NewClientset(objs...)
+	clk := clocktesting.NewFakeClock(agentT0)
 	path := filepath.Join(t.TempDir(), "mesh.conf")
 	fc := &fakeControl{path: path}
+	reps := &fakeReports{}
 	a, err := New(Options{
-		NodeName: "node-a", Client: client, Version: bird.Bird16, MeshPath: path, Socket: "/run/bird.ctl", AS: 64512,
+		NodeName: "node-a", Client: client, Reports: reps, Version: bird.Bird16, MeshPath: path, Socket: "/run/bird.ctl", AS: 64512,
 		Debounce: time.Second, StatusInterval: 5 * time.Second, ReportInterval: time.Minute, ReadyAfter: 10 * time.Minute,
 		Clock: clk, Control: fc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -70,7 +121,7 @@ func startHarness(t *testing.T, nodes ...*corev1.Node) *harness {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return &harness{t: t, agent: a, clock: clk, client: client, bird: fc}
+	return &harness{t: t, agent: a, clock: clk, client: client, bird: fc, reports: reps, nodes: nodes, gen: 1}
 }
 
 // waitFor polls cond (real time, a deadline against hangs only).
@@ -98,21 +149,40 @@ func (h *harness) stepWith(waiters int, d time.Duration) {
 	h.clock.Step(d)
 }
 
+// setInSet publishes a new generation with the node in or out.
 func (h *harness) setInSet(name string, in bool) {
 	h.t.Helper()
-	ctx := context.Background()
-	n, err := h.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	for _, n := range h.nodes {
+		if n.Name == name {
+			if in {
+				n.Labels[peering.LabelInSet] = "true"
+			} else {
+				delete(n.Labels, peering.LabelInSet)
+			}
+		}
+	}
+	h.gen++
+	h.publish(publishedSet(h.gen, h.nodes))
+}
+
+func (h *harness) publish(cm *corev1.ConfigMap) {
+	h.t.Helper()
+	if _, err := h.client.CoreV1().ConfigMaps(cm.Namespace).Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// appliedGeneration is the generation in the agent's cache.
+func (h *harness) cachedGeneration() int64 {
+	cm, err := h.agent.lister.Get(peering.DefaultPeerSetName)
 	if err != nil {
-		h.t.Fatal(err)
+		return 0
 	}
-	if in {
-		n.Labels[peering.LabelInSet] = "true"
-	} else {
-		delete(n.Labels, peering.LabelInSet)
+	s, err := kube.PeerSetFromConfigMap(cm)
+	if err != nil {
+		return -1
 	}
-	if _, err := h.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		h.t.Fatal(err)
-	}
+	return s.Generation
 }
 
 func TestAgentRendersSetDebouncesAndReports(t *testing.T) {
@@ -123,7 +193,7 @@ func TestAgentRendersSetDebouncesAndReports(t *testing.T) {
 	)
 	h.bird.protos = []bird.Protocol{
 		{Name: "Mesh_10_0_0_2", Proto: "BGP", State: "up", Info: "Established"},
-		{Name: "Mesh_10_0_0_3", Proto: "BGP", State: "start", Info: "Active"},
+		{Name: "Mesh_10_0_0_3", Proto: "BGP", State: "start", Since: "15:40:19", Info: "Active"},
 	}
 	// Nothing happens before the debounce ends.
 	h.waitFor("loop running", func() bool { return h.agent.Readiness().Reason != "" && h.clock.HasWaiters() })
@@ -136,14 +206,13 @@ func TestAgentRendersSetDebouncesAndReports(t *testing.T) {
 	if !strings.Contains(seen, "Mesh_10_0_0_2") || !strings.Contains(seen, "Mesh_10_0_0_3") || strings.Contains(seen, "Mesh_10_0_0_1 ") {
 		t.Fatalf("rendered include is not the set without this node:\n%s", seen)
 	}
-	// The sessions were reported on the node, with the clock's time.
+	// The sessions were reported, compactly, with the clock's time: the
+	// Established one with a Ready peer counted, the other listed with
+	// the time BIRD shows for it (resolved against BIRD's clock).
 	h.waitFor("report", func() bool { return h.agent.Stats().Reports == 1 })
-	n, _ := h.client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
-	rep, err := peering.ParseSessionReport(n.Annotations[peering.AnnotationSessions])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Sessions["node-b"] != "Established" || rep.Sessions["node-c"] != "Active" || !rep.Time.Equal(h.clock.Now()) {
+	rep := h.reports.latest()
+	if rep.Reporter != "node-a" || rep.Established != 1 || len(rep.Sessions) != 1 || rep.Sessions[0].Peer != "node-c" || rep.Sessions[0].State != "Active" ||
+		!rep.ObservedAt.Equal(h.clock.Now()) || rep.SetGeneration != 1 || !rep.Sessions[0].Since.Equal(h.clock.Now().Add(-20*time.Second)) {
 		t.Errorf("report = %+v", rep)
 	}
 	// node-c in the set and not Established: not ready.
@@ -167,16 +236,7 @@ func TestAgentRendersSetDebouncesAndReports(t *testing.T) {
 	// Two changes inside one debounce window: one reload.
 	h.setInSet("node-c", true)
 	h.setInSet("node-b", false)
-	h.waitFor("both changes seen", func() bool {
-		l, _ := h.agent.lister.List(everything())
-		in := 0
-		for _, n := range l {
-			if n.Labels[peering.LabelInSet] == "true" {
-				in++
-			}
-		}
-		return in == 2 // node-a and node-c
-	})
+	h.waitFor("both changes seen", func() bool { return h.cachedGeneration() == h.gen })
 	h.stepTimer(time.Second)
 	h.waitFor("third reload", func() bool { return h.agent.Stats().Reloads == 3 })
 	h.step(5 * time.Second)
@@ -207,20 +267,9 @@ func TestAgentBirdUnreachableRetriesWithBackoff(t *testing.T) {
 	}
 }
 
-type runtimeObject = *corev1.Node
-
-func toObjects(nodes []runtimeObject) []runtime.Object {
-	out := make([]runtime.Object, len(nodes))
-	for i, n := range nodes {
-		out[i] = n
-	}
-	return out
-}
-
-func everything() labels.Selector { return labels.Everything() }
-
 func TestAgentOnceAppliesTheSetAndReturns(t *testing.T) {
-	client := fake.NewClientset(node("node-a", "10.0.0.1", true), node("node-b", "10.0.0.2", true), node("node-c", "10.0.0.3", false))
+	nodes := []*corev1.Node{node("node-a", "10.0.0.1", true), node("node-b", "10.0.0.2", true), node("node-c", "10.0.0.3", false)}
+	client := fake.NewClientset(nodes[0], nodes[1], nodes[2], publishedSet(1, nodes))
 	path := filepath.Join(t.TempDir(), "mesh.conf")
 	fc := &fakeControl{path: path, errs: []error{&bird.UnreachableError{Socket: "/run/bird.ctl", Err: io.EOF}}}
 	opts := Options{
@@ -245,13 +294,113 @@ func TestAgentOnceAppliesTheSetAndReturns(t *testing.T) {
 	}
 }
 
+// TestAgentRefusesEmptyAndBelowFloorSets: a published set that is empty,
+// or smaller than the floor published with it, or unreadable, is not
+// applied; the last good file stays, the refusal is counted and says why.
+func TestAgentRefusesEmptyAndBelowFloorSets(t *testing.T) {
+	h := startHarness(t, node("node-a", "10.0.0.1", true), node("node-b", "10.0.0.2", true), node("node-c", "10.0.0.3", true))
+	h.stepTimer(time.Second)
+	h.waitFor("first reload", func() bool { return h.agent.Stats().Reloads == 1 })
+	good, err := os.ReadFile(h.bird.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		doc  func(gen int64) *corev1.ConfigMap
+		want string
+	}{
+		{func(gen int64) *corev1.ConfigMap {
+			return peerSetConfigMap(peering.PeerSet{Version: 1, Generation: gen, PublishedAt: agentT0, Peers: []peering.PublishedPeer{}})
+		}, "empty"},
+		{func(gen int64) *corev1.ConfigMap {
+			// A floor above the member count fails the strict parse.
+			return peerSetConfigMap(peering.PeerSet{Version: 1, Generation: gen, PublishedAt: agentT0, Floor: 3, Peers: []peering.PublishedPeer{
+				{Name: "node-a", Address: netip.MustParseAddr("10.0.0.1"), Ready: true, Reason: peering.InReady},
+			}})
+		}, "floor 3"},
+		{func(gen int64) *corev1.ConfigMap {
+			cm := peerSetConfigMap(peering.PeerSet{})
+			cm.Data[peering.PeerSetKey] = `{"version":1,"generation":` + strconv.FormatInt(gen, 10) + `,"surprise":true}`
+			return cm
+		}, "surprise"},
+	} {
+		h.gen++
+		cm := tc.doc(h.gen)
+		h.publish(cm)
+		h.waitFor("the new document cached", func() bool {
+			got, err := h.agent.lister.Get(peering.DefaultPeerSetName)
+			return err == nil && got.Data[peering.PeerSetKey] == cm.Data[peering.PeerSetKey]
+		})
+		h.stepTimer(time.Second)
+		h.waitFor("the refusal", func() bool { return h.agent.Stats().Refused == i+1 })
+		if s := h.agent.Stats(); !strings.Contains(s.LastRefusal, tc.want) || s.Reloads != 1 {
+			t.Errorf("refusal %d: stats %+v, want a refusal naming %q and no reload", i, s, tc.want)
+		}
+		if now, _ := os.ReadFile(h.bird.path); string(now) != string(good) {
+			t.Errorf("refusal %d: the last good file changed:\n%s", i, now)
+		}
+	}
+	// Floor check itself (the parser lets only consistent floors through).
+	if r := Refusal(peering.PeerSet{Generation: 4, Floor: 2, Peers: []peering.PublishedPeer{{Name: "x"}}}); !strings.Contains(r, "below its floor 2") {
+		t.Errorf("Refusal below floor = %q", r)
+	}
+	// A good set again is applied.
+	h.setInSet("node-c", false)
+	h.stepTimer(time.Second)
+	h.waitFor("reload after the refusals", func() bool { return h.agent.Stats().Reloads == 2 })
+}
+
+// TestAgentOnceDeadlineKeepsTheLastGoodFile: with no published set (an
+// API server that does not answer looks the same to --once), --once gives
+// up at its deadline, keeps the file that is there and exits 0; without
+// any file it fails, saying why.
+func TestAgentOnceDeadlineKeepsTheLastGoodFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mesh.conf")
+	client := fake.NewClientset(node("node-a", "10.0.0.1", true))
+	opts := Options{
+		NodeName: "node-a", Client: client, MeshPath: path, Socket: "/run/bird.ctl", AS: 64512, Once: true, OnceTimeout: 200 * time.Millisecond,
+		Control: &fakeControl{path: path}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	a, _ := New(opts)
+	if err := a.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "no earlier") {
+		t.Fatalf("no file, no set: Run = %v, want an error saying there is no file to keep", err)
+	}
+	if err := os.WriteFile(path, []byte("# last good\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	a, _ = New(opts)
+	if err := a.Run(context.Background()); err != nil {
+		t.Fatalf("with a last good file: Run = %v, want nil", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("--once took %v with a 200ms deadline", time.Since(start))
+	}
+	if got, _ := os.ReadFile(path); string(got) != "# last good\n" {
+		t.Errorf("the last good file changed: %q", got)
+	}
+	// An empty published set: refused, file kept.
+	if _, err := client.CoreV1().ConfigMaps(peering.DefaultPeerSetNamespace).Create(context.Background(),
+		peerSetConfigMap(peering.PeerSet{Version: 1, Generation: 9, PublishedAt: agentT0, Peers: []peering.PublishedPeer{}}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ = New(opts)
+	if err := a.Run(context.Background()); err != nil || a.Stats().Refused != 1 {
+		t.Fatalf("empty set with --once: Run = %v, stats %+v; want nil and one refusal", err, a.Stats())
+	}
+}
+
 // TestAgentOnceLeavesOutNotReadyPeersInGrace: BIRD's start renders only
 // peers with evidence of life (the start rule), whatever the set says
 // about a NotReady peer in its grace period.
 func TestAgentOnceLeavesOutNotReadyPeersInGrace(t *testing.T) {
-	dead := node("node-c", "10.0.0.3", true) // in the set: NotReady, in grace
-	dead.Status.Conditions[0].Status = corev1.ConditionFalse
-	client := fake.NewClientset(node("node-a", "10.0.0.1", true), node("node-b", "10.0.0.2", true), dead)
+	nodes := []*corev1.Node{node("node-a", "10.0.0.1", true), node("node-b", "10.0.0.2", true), node("node-c", "10.0.0.3", true)}
+	doc := peering.PeerSet{Version: 1, Generation: 1, PublishedAt: agentT0, Peers: []peering.PublishedPeer{
+		{Name: "node-a", Address: netip.MustParseAddr("10.0.0.1"), Ready: true, Reason: peering.InReady},
+		{Name: "node-b", Address: netip.MustParseAddr("10.0.0.2"), Ready: true, Reason: peering.InReady},
+		{Name: "node-c", Address: netip.MustParseAddr("10.0.0.3"), Reason: peering.InGracePeriod}, // NotReady, in grace
+	}}
+	client := fake.NewClientset(nodes[0], nodes[1], nodes[2], peerSetConfigMap(doc))
 	path := filepath.Join(t.TempDir(), "mesh.conf")
 	fc := &fakeControl{path: path}
 	a, err := New(Options{

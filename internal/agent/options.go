@@ -6,12 +6,13 @@
 //
 // How the pieces talk (all through the Kubernetes API, see pkg/peering):
 //
-//	controller --label peering.rebound.dev/in-set=true--> Node objects --watch--> agent
-//	agent --annotation peering.rebound.dev/sessions (JSON, timestamped)--> own Node --> controller
+//	controller --ConfigMap rebound-system/rebound-peer-set (one JSON document)--watch by name--> agent
+//	agent --PeeringReport <node> (its sessions, compact, timestamped)--> controller
 //
-// The agent watches only the nodes that carry the label (a label-selected
-// informer: its cache is the set), so leaving the set is a watch event like
-// joining it. Each change is debounced, rendered with pkg/peering/bird,
+// The agent watches one object, so it reads O(N) bytes per change of the
+// set and nothing when other agents report or nodes heartbeat. It refuses
+// an empty set, and one with fewer members than the floor published with
+// it, keeping its last good file. Each change is debounced, rendered with pkg/peering/bird,
 // written atomically (temporary file and rename) only when the bytes
 // differ, and loaded with BIRD's `configure`; a configuration BIRD rejects,
 // or cannot load because it is not running, is replaced by the last one it
@@ -26,9 +27,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
 
@@ -44,14 +47,25 @@ const (
 	// cannot connect (kept by the keep-in-mesh label, or within its prune
 	// grace period) must not keep this node out of service for ever.
 	DefaultReadyAfter = 3 * time.Minute
+	// DefaultOnceTimeout bounds --once: an init container that waits for an
+	// unreachable API server for ever would keep BIRD from starting at all,
+	// which is worse than starting with the last good file.
+	DefaultOnceTimeout = 30 * time.Second
 )
 
 // Options configure an agent. Validate names any bad field by its flag.
 type Options struct {
 	// NodeName is this node's Kubernetes name (--node-name).
 	NodeName string
-	// Client talks to the API server.
+	// Client talks to the API server: this node's Node (get, once) and the
+	// published set (watch, one ConfigMap by name).
 	Client kubernetes.Interface
+	// Reports writes this node's PeeringReport; nil writes none (tests,
+	// --once).
+	Reports ReportWriter
+	// PeerSet is the ConfigMap the controller publishes the set in
+	// (--peer-set NAMESPACE/NAME).
+	PeerSet types.NamespacedName
 
 	// Version selects the BIRD syntax (--bird-version).
 	Version bird.Version
@@ -74,6 +88,9 @@ type Options struct {
 	// before BIRD starts (an init container, ExecStartPre) so that BIRD
 	// starts with the current set.
 	Once bool
+	// OnceTimeout bounds --once (--once-timeout): past it, the agent keeps
+	// the last good file and exits 0 if there is one, or fails if not.
+	OnceTimeout time.Duration
 	// AS is the local AS number (--as).
 	AS uint32
 	// Address is this node's BGP address (--address); unset means the
@@ -145,11 +162,18 @@ func (o Options) WithDefaults() Options {
 		{&o.StatusInterval, DefaultStatusInterval},
 		{&o.ReportInterval, DefaultReportInterval},
 		{&o.ReadyAfter, DefaultReadyAfter},
+		{&o.OnceTimeout, DefaultOnceTimeout},
 	}
 	for _, d := range defaults {
 		if *d.d == 0 {
 			*d.d = d.v
 		}
+	}
+	if o.PeerSet.Name == "" {
+		o.PeerSet.Name = peering.DefaultPeerSetName
+	}
+	if o.PeerSet.Namespace == "" {
+		o.PeerSet.Namespace = peering.DefaultPeerSetNamespace
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -191,6 +215,9 @@ func (o Options) ValidateFlags() error {
 	if c, ok := o.Control.(bird.Client); (ok || o.Control == nil) && c.Socket == "" && o.Socket == "" {
 		add("--bird-socket: required (BIRD's control socket, bird -s)")
 	}
+	if o.PeerSet.Name == "" || o.PeerSet.Namespace == "" {
+		add("--peer-set %q: want NAMESPACE/NAME of the ConfigMap the controller publishes (default %s/%s)", o.PeerSet.String(), peering.DefaultPeerSetNamespace, peering.DefaultPeerSetName)
+	}
 	if o.AS == 0 {
 		add("--as: required, 1..4294967295")
 	}
@@ -212,6 +239,7 @@ func (o Options) ValidateFlags() error {
 	}{
 		{"--debounce", o.Debounce}, {"--retry-interval", o.RetryInterval}, {"--max-retry-interval", o.MaxRetryInterval},
 		{"--status-interval", o.StatusInterval}, {"--report-interval", o.ReportInterval}, {"--ready-after", o.ReadyAfter},
+		{"--once-timeout", o.OnceTimeout},
 	} {
 		if d.v < 0 {
 			add("%s %v: must not be negative", d.flag, d.v)

@@ -32,9 +32,10 @@ type StartPeer struct {
 	Alive bool
 	// Unreachable is fresh evidence that a Ready peer is not: every working
 	// member of the mesh (Ready, BIRD out of recovery, at least one session
-	// Established) that has it configured reports its session down. It is
-	// what the API has not caught up with yet: a node is NotReady only
-	// after node-monitor-grace-period (40 s), BFD notices in a second.
+	// Established) reports its session down (peering.LostByMesh, published
+	// by the controller as PublishedPeer.Lost). It is what the API has not
+	// caught up with yet: a node is NotReady only after
+	// node-monitor-grace-period (40 s), BFD notices in a second.
 	Unreachable bool
 	// LocalEstablished is this node's own BIRD having the session
 	// Established now: first-hand and current, it always counts.
@@ -64,39 +65,4 @@ func StartPeers(peers []StartPeer) []bird.Peer {
 // StartKeeps is the start rule for one peer.
 func StartKeeps(p StartPeer) bool {
 	return p.LocalEstablished || p.Alive || (p.Ready && !p.Unreachable)
-}
-
-// Reporter is one member of the mesh's view of its sessions, as its agent
-// reports it: the input of LostByMesh.
-type Reporter struct {
-	Name string
-	// Working: Ready, its report fresh, its BIRD out of graceful-restart
-	// recovery and at least one of its sessions Established. A BIRD that
-	// is itself starting knows nothing about anybody.
-	Working bool
-	// Sessions maps a peer name to "Established now" (BGP Established or
-	// BFD up); a peer it does not have configured is absent.
-	Sessions map[string]bool
-}
-
-// LostByMesh reports whether every working reporter other than peer that
-// has peer configured has lost it, and at least one does: the
-// StartPeer.Unreachable evidence. One working reporter that still has the
-// session keeps the peer; no working reporter says nothing.
-func LostByMesh(peer string, reporters []Reporter) bool {
-	seen := false
-	for _, r := range reporters {
-		if !r.Working || r.Name == peer {
-			continue
-		}
-		up, configured := r.Sessions[peer]
-		if !configured {
-			continue
-		}
-		if up {
-			return false
-		}
-		seen = true
-	}
-	return seen
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
 
@@ -36,7 +37,7 @@ func TestStartKeeps(t *testing.T) {
 // members' BFD already lost them: only the live nodes are rendered.
 func TestStartPeersSeed003(t *testing.T) {
 	var peers []StartPeer
-	var reporters []Reporter
+	var reporters []peering.Reporter
 	dead := map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true}
 	for i := range 10 {
 		name := nodeName(i)
@@ -47,7 +48,7 @@ func TestStartPeersSeed003(t *testing.T) {
 					s[nodeName(j)] = !dead[j]
 				}
 			}
-			reporters = append(reporters, Reporter{Name: name, Working: true, Sessions: s})
+			reporters = append(reporters, peering.Reporter{Name: name, Working: true, Sessions: s})
 		}
 	}
 	for i := range 10 {
@@ -58,7 +59,7 @@ func TestStartPeersSeed003(t *testing.T) {
 		peers = append(peers, StartPeer{
 			Peer:        bird.Peer{Name: name, Address: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
 			Ready:       true, // the API has not noticed yet
-			Unreachable: LostByMesh(name, reporters),
+			Unreachable: peering.LostByMesh(name, reporters),
 		})
 	}
 	got := peerNames(StartPeers(peers))
@@ -69,22 +70,24 @@ func TestStartPeersSeed003(t *testing.T) {
 }
 
 func TestLostByMesh(t *testing.T) {
-	working := func(name string, s map[string]bool) Reporter { return Reporter{Name: name, Working: true, Sessions: s} }
+	working := func(name string, s map[string]bool) peering.Reporter {
+		return peering.Reporter{Name: name, Working: true, Sessions: s}
+	}
 	tests := []struct {
 		name      string
-		reporters []Reporter
+		reporters []peering.Reporter
 		want      bool
 	}{
 		{"no reporter says nothing", nil, false},
-		{"every working reporter lost it", []Reporter{working("a", map[string]bool{"x": false}), working("b", map[string]bool{"x": false})}, true},
-		{"one working reporter still has it", []Reporter{working("a", map[string]bool{"x": false}), working("b", map[string]bool{"x": true})}, false},
-		{"reporters that do not peer with it say nothing", []Reporter{working("a", map[string]bool{"y": true})}, false},
-		{"a starting reporter (every BIRD restarting at once) says nothing", []Reporter{{Name: "a", Sessions: map[string]bool{"x": false}}}, false},
-		{"its own report is not evidence", []Reporter{working("x", map[string]bool{"x": false})}, false},
+		{"every working reporter lost it", []peering.Reporter{working("a", map[string]bool{"x": false}), working("b", map[string]bool{"x": false})}, true},
+		{"one working reporter still has it", []peering.Reporter{working("a", map[string]bool{"x": false}), working("b", map[string]bool{"x": true})}, false},
+		{"reporters that do not peer with it say nothing", []peering.Reporter{working("a", map[string]bool{"y": true})}, false},
+		{"a starting reporter (every BIRD restarting at once) says nothing", []peering.Reporter{{Name: "a", Sessions: map[string]bool{"x": false}}}, false},
+		{"its own report is not evidence", []peering.Reporter{working("x", map[string]bool{"x": false})}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := LostByMesh("x", tc.reporters); got != tc.want {
+			if got := peering.LostByMesh("x", tc.reporters); got != tc.want {
 				t.Errorf("LostByMesh = %v, want %v", got, tc.want)
 			}
 		})

@@ -20,27 +20,54 @@ const (
 	StateDown = "Down"
 )
 
-// sessionStates maps every peer of the set to its session state, read from
-// `show protocols`. Protocols of peers outside the set are ignored: a
-// leftover session to a pruned node must not count.
-func sessionStates(peers []bird.Peer, protos []bird.Protocol) map[string]string {
+// sessions reads every peer's session from `show protocols`, with the
+// time of its last state change resolved against BIRD's clock (status,
+// read at readAt; see bird.SinceTime). Protocols of peers outside the set
+// are ignored: a leftover session to a pruned node must not count. A since
+// that cannot be resolved stays zero, and such a session is never
+// evidence that a NotReady peer is alive.
+func sessions(peers []bird.Peer, protos []bird.Protocol, status *bird.Status, readAt time.Time) []peering.Session {
 	byName := make(map[string]bird.Protocol, len(protos))
 	for _, p := range protos {
 		byName[p.Name] = p
 	}
-	out := make(map[string]string, len(peers))
+	out := make([]peering.Session, 0, len(peers))
 	for _, peer := range peers {
+		s := peering.Session{Peer: peer.Name}
 		p, ok := byName[bird.ProtocolName(peer.Address)]
 		switch {
 		case !ok:
-			out[peer.Name] = StateNotConfigured
+			s.State = StateNotConfigured
 		case p.BGPState() == "":
-			out[peer.Name] = StateDown
+			s.State = StateDown
 		default:
-			out[peer.Name] = p.BGPState()
+			s.State = p.BGPState()
 		}
+		if ok && status != nil {
+			if at, err := bird.SinceTime(p.Since, status.ServerTime, readAt); err == nil {
+				s.Since = at
+			}
+		}
+		out = append(out, s)
 	}
 	return out
+}
+
+// sessionView is the agent's last read of BIRD, for /readyz.
+type sessionView struct {
+	err    string            // BIRD could not be read
+	states map[string]string // peer in the set -> BGP state
+}
+
+func viewOf(ss []peering.Session, err error) *sessionView {
+	if err != nil {
+		return &sessionView{err: err.Error()}
+	}
+	v := &sessionView{states: make(map[string]string, len(ss))}
+	for _, s := range ss {
+		v.states[s.Peer] = s.State
+	}
+	return v
 }
 
 // Readiness is the agent's answer to /readyz.
@@ -60,21 +87,21 @@ type Readiness struct {
 //
 // Only peers in the set count: a dead node the controller left out never
 // holds a node back (the readiness confusion of seed 003).
-func readiness(report *peering.SessionReport, up, readyAfter time.Duration) Readiness {
-	if report == nil {
+func readiness(view *sessionView, up, readyAfter time.Duration) Readiness {
+	if view == nil {
 		return Readiness{Reason: "BIRD's sessions have not been read yet"}
 	}
-	if report.Error != "" {
-		return Readiness{Reason: "BIRD: " + report.Error}
+	if view.err != "" {
+		return Readiness{Reason: "BIRD: " + view.err}
 	}
 	var waiting []string
-	for peer, state := range report.Sessions {
-		if state != "Established" {
+	for peer, state := range view.states {
+		if state != peering.StateEstablished {
 			waiting = append(waiting, peer+" ("+state+")")
 		}
 	}
 	slices.Sort(waiting)
-	n := len(report.Sessions)
+	n := len(view.states)
 	switch {
 	case len(waiting) == 0 && n == 0:
 		return Readiness{Ready: true, Reason: "no other node in the peer set"}

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
 
@@ -13,12 +12,14 @@ func TestSessionStatesIgnorePeersOutsideTheSet(t *testing.T) {
 	set := peersOf("node-b", "node-c", "node-d")
 	protos := []bird.Protocol{
 		{Name: "device1", Proto: "Device", State: "up"},
-		{Name: bird.ProtocolName(set[0].Address), Proto: "BGP", State: "up", Info: "Established"},
+		{Name: bird.ProtocolName(set[0].Address), Proto: "BGP", State: "up", Since: "15:40:29", Info: "Established"},
 		{Name: bird.ProtocolName(set[1].Address), Proto: "BGP", State: "start", Info: "Active        Socket: Connection refused"},
 		// A leftover protocol to a pruned node, dead: not in the set.
 		{Name: "Mesh_10_0_0_99", Proto: "BGP", State: "start", Info: "Connect"},
 	}
-	got := sessionStates(set, protos)
+	readAt := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ss := sessions(set, protos, &bird.Status{ServerTime: "2026-01-01 15:40:39"}, readAt)
+	got := viewOf(ss, nil).states
 	want := map[string]string{"node-b": "Established", "node-c": "Active", "node-d": StateNotConfigured}
 	if len(got) != len(want) {
 		t.Fatalf("states = %v, want %v", got, want)
@@ -28,22 +29,28 @@ func TestSessionStatesIgnorePeersOutsideTheSet(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got[k], v)
 		}
 	}
+	// node-b's since is 10 s before BIRD's clock: 10 s before the read.
+	if !ss[0].Since.Equal(readAt.Add(-10*time.Second)) || !ss[1].Since.IsZero() {
+		t.Errorf("since times: %+v", ss)
+	}
+	// Without BIRD's clock, no since time is guessed.
+	if ss := sessions(set, protos, nil, readAt); !ss[0].Since.IsZero() {
+		t.Errorf("since without status: %v", ss[0].Since)
+	}
 }
 
 func TestReadiness(t *testing.T) {
 	const after = 3 * time.Minute
-	rep := func(sessions map[string]string) *peering.SessionReport {
-		return &peering.SessionReport{Time: time.Unix(1, 0), Sessions: sessions}
-	}
+	rep := func(states map[string]string) *sessionView { return &sessionView{states: states} }
 	tests := []struct {
 		name   string
-		report *peering.SessionReport
+		report *sessionView
 		up     time.Duration
 		ready  bool
 		reason string
 	}{
 		{"not read yet", nil, time.Hour, false, "not been read"},
-		{"BIRD unreachable", &peering.SessionReport{Error: "BIRD control socket /x does not answer"}, time.Hour, false, "/x"},
+		{"BIRD unreachable", &sessionView{err: "BIRD control socket /x does not answer"}, time.Hour, false, "/x"},
 		{"alone in the set", rep(map[string]string{}), 0, true, "no other node"},
 		{"all in-set peers established", rep(map[string]string{"node-b": "Established", "node-c": "Established"}), 0, true, "all 2 peers"},
 		{"an in-set peer down", rep(map[string]string{"node-b": "Established", "node-c": "Active"}), time.Minute, false, "node-c (Active)"},

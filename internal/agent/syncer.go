@@ -18,6 +18,8 @@ import (
 type Control interface {
 	Configure(ctx context.Context) error
 	Protocols(ctx context.Context) ([]bird.Protocol, error)
+	// Status is `show status`: its server time resolves the since column.
+	Status(ctx context.Context) (bird.Status, error)
 }
 
 // Outcome is what one Sync did.

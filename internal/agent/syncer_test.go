@@ -43,6 +43,12 @@ func (f *fakeControl) Protocols(context.Context) ([]bird.Protocol, error) {
 	return f.protos, f.protErr
 }
 
+// Status answers with a fixed server time: protocols' since times in the
+// tests are 15:40:19 (20 s before it).
+func (f *fakeControl) Status(context.Context) (bird.Status, error) {
+	return bird.Status{Version: "1.6.8", ServerTime: "2026-01-01 15:40:39", Daemon: "Daemon is up and running"}, nil
+}
+
 func (f *fakeControl) configures() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

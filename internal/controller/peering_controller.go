@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"rebound/api/v1alpha1"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/calico"
 )
@@ -37,17 +38,27 @@ var (
 		Name: "rebound_peering_changes_total",
 		Help: "Nodes added to or removed from the published BGP peer set, by kind.",
 	}, []string{"controller", "kind"})
+	peerSetFrozen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_peering_frozen",
+		Help: "1 while the published BGP peer set is frozen (full disruption, or too many members leaving at once), else 0.",
+	}, []string{"controller"})
+	peerSetStopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_peering_stopped",
+		Help: "1 while the stop switch holds every peering change, else 0.",
+	}, []string{"controller"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(peerSetSize, peerSetChanges)
+	metrics.Registry.MustRegister(peerSetSize, peerSetChanges, peerSetFrozen, peerSetStopped)
 }
 
 // PeeringReconciler publishes the health-aware BGP peer set: snapshot of
-// the nodes (and the agents' session reports), peering.Plan, then the node
-// label peering.rebound.dev/in-set on every selected node, the Calico
-// BGPPeer when configured, the planner's state in a ConfigMap, an Event per
-// change, and a requeue at the plan's next check.
+// the nodes and the agents' PeeringReports, peering.Plan, then the set as
+// one document agents watch (ConfigMap rebound-system/rebound-peer-set),
+// the node label peering.rebound.dev/in-set on every selected node (for
+// Calico), the Calico BGPPeer when configured, the planner's state in a
+// ConfigMap, an Event per change, and a requeue at the plan's next check.
+// The controller alone publishes; agents only report.
 type PeeringReconciler struct {
 	client   client.Client
 	reader   client.Reader // uncached: the state ConfigMap, Calico objects
@@ -58,6 +69,8 @@ type PeeringReconciler struct {
 	state     *peering.State // nil until loaded from the ConfigMap
 	savedJSON string         // what the ConfigMap holds
 	last      peering.Result // the last plan, for Plan() and tests
+	frozen    string         // the freeze reason last announced, "" when not frozen
+	stopped   bool           // the stop switch was pulled at the last pass
 }
 
 // peeringKey is the one key: the set is one decision over all nodes.
@@ -82,14 +95,22 @@ func SetupPeering(mgr ctrl.Manager, opts PeeringOptions) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(opts.Name).
 		Watches(&corev1.Node{}, all, builder.WithPredicates(peeringRelevantChange())).
+		Watches(&v1alpha1.PeeringReport{}, all, builder.WithPredicates(reportContentChange(opts.Config.WithDefaults().Evidence.ReportMaxAge))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
 }
 
+// stoppedRecheck is how often a pass looks at the stop switch again while
+// it is pulled: the switch is a ConfigMap read uncached, not watched.
+const stoppedRecheck = 10 * time.Second
+
 // Reconcile: snapshot, plan, apply, requeue at the next check. The state
-// ConfigMap is written before the labels, so that it is always at least as
-// new as what was published; labels are level-triggered and converge on
-// the next run if a patch fails.
+// ConfigMap is written before the set is published, so that it is always
+// at least as new as what was published; the published document comes
+// before the labels (agents read it; the labels are for Calico and
+// humans); labels are level-triggered and converge on the next run if a
+// patch fails. While the stop switch is pulled nothing is published and
+// the state does not advance.
 func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", r.opts.Name)
 	now := r.opts.Clock.Now()
@@ -98,7 +119,14 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 	if err := r.client.List(ctx, &list); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
 	}
-	nodes, staleAt := peeringSnapshot(list.Items, r.opts.NodeSelector, now, r.opts.SessionReportMaxAge)
+	var reports v1alpha1.PeeringReportList
+	if err := r.client.List(ctx, &reports); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list PeeringReports: %w", err)
+	}
+	nodes, rs, bad := peeringSnapshot(list.Items, reports.Items, r.opts.NodeSelector)
+	for _, err := range bad {
+		log.Info("agent report ignored", "detail", err.Error())
+	}
 	for _, err := range peering.ValidateNodes(nodes) {
 		log.V(1).Info("node cannot be planned normally", "detail", err.Error())
 	}
@@ -116,9 +144,24 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 		log.Info("peering state loaded", "configMap", r.opts.State.String(), "nodes", len(st.Nodes))
 	}
 
-	res := peering.Plan(peering.Input{Nodes: nodes, State: *r.state, Config: r.opts.Config}, now)
+	res := peering.Plan(peering.Input{Nodes: nodes, Reports: rs, State: *r.state, Config: r.opts.Config}, now)
 	r.last = res
 	peerSetSize.WithLabelValues(r.opts.Name).Set(float64(len(res.Peers)))
+	r.noteFrozen(ctx, log, res)
+
+	stopped, err := readStopSwitch(ctx, r.reader, r.opts.StopSwitch)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if stopped != r.stopped {
+		r.stopped = stopped
+		log.Info("stop switch", "pulled", stopped, "configMap", r.opts.StopSwitch.String(), "pendingChanges", len(res.Changes))
+	}
+	if stopped {
+		peerSetStopped.WithLabelValues(r.opts.Name).Set(1)
+		return ctrl.Result{RequeueAfter: stoppedRecheck}, nil
+	}
+	peerSetStopped.WithLabelValues(r.opts.Name).Set(0)
 
 	var errs []error
 	if data, _ := json.Marshal(res.State); string(data) != r.savedJSON {
@@ -137,6 +180,11 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 		log.Info("peer set change", "node", c.Name, "change", c.Kind, "reason", c.Reason, "detail", c.Message, "dryRun", r.opts.DryRun)
 	}
 	if !r.opts.DryRun {
+		if err := r.publishPeerSet(ctx, log, res, now); err != nil {
+			// Agents read the document: without it, publishing labels
+			// would only confuse Calico and humans about what agents do.
+			return ctrl.Result{}, err
+		}
 		errs = append(errs, r.publishLabels(ctx, log, list.Items, res)...)
 		if r.opts.Calico != nil {
 			if err := r.publishCalico(ctx, log); err != nil {
@@ -145,15 +193,41 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 		}
 	}
 
-	next := res.NextCheck
-	if !staleAt.IsZero() && (next.IsZero() || staleAt.Before(next)) {
-		next = staleAt
-	}
 	out := ctrl.Result{}
-	if !next.IsZero() {
-		out.RequeueAfter = max(next.Sub(r.opts.Clock.Now()), 100*time.Millisecond)
+	if !res.NextCheck.IsZero() {
+		out.RequeueAfter = max(res.NextCheck.Sub(r.opts.Clock.Now()), 100*time.Millisecond)
 	}
 	return out, kerrors.NewAggregate(errs)
+}
+
+// noteFrozen announces a freeze and its end: a log line, an Event on the
+// published set's ConfigMap, and the frozen gauge.
+func (r *PeeringReconciler) noteFrozen(ctx context.Context, log logr.Logger, res peering.Result) {
+	if res.Frozen {
+		peerSetFrozen.WithLabelValues(r.opts.Name).Set(1)
+	} else {
+		peerSetFrozen.WithLabelValues(r.opts.Name).Set(0)
+	}
+	if res.FrozenReason == r.frozen {
+		return
+	}
+	regarding := &corev1.ConfigMap{}
+	regarding.Namespace, regarding.Name = r.opts.PeerSet.Namespace, r.opts.PeerSet.Name
+	if err := r.reader.Get(ctx, r.opts.PeerSet, regarding); err != nil {
+		regarding = nil // first publish: nothing to hang the Event on yet
+	}
+	if res.Frozen {
+		log.Info("peer set frozen: nobody leaves", "reason", res.FrozenReason, "members", len(res.Peers))
+		if regarding != nil {
+			r.recorder.Eventf(regarding, nil, corev1.EventTypeWarning, "PeerSetFrozen", "PublishPeerSet", "%s", res.FrozenReason)
+		}
+	} else {
+		log.Info("peer set no longer frozen", "members", len(res.Peers))
+		if regarding != nil {
+			r.recorder.Eventf(regarding, nil, corev1.EventTypeNormal, "PeerSetUnfrozen", "PublishPeerSet", "the peer set follows node health again")
+		}
+	}
+	r.frozen = res.FrozenReason
 }
 
 // publishLabels sets peering.rebound.dev/in-set to "true" or "false" on

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"rebound/pkg/peering"
+	"rebound/pkg/peering/kube"
 )
 
 var peeringT0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -35,6 +35,9 @@ func peeringTestNode(name, ip string, ready bool, since time.Time, lbls map[stri
 }
 
 func newPeeringForTest(c client.Client, clk *clocktesting.FakeClock) (*PeeringReconciler, *events.FakeRecorder) {
+	if !c.Scheme().IsGroupRegistered("rebound.dev") {
+		panic("build the fake client WithScheme(Scheme())")
+	}
 	rec := events.NewFakeRecorder(100)
 	opts := PeeringOptions{Config: peering.Config{PruneGracePeriod: 40 * time.Second}, Clock: clk}.withDefaults()
 	return &PeeringReconciler{client: c, reader: c, recorder: rec, opts: opts}, rec
@@ -71,7 +74,7 @@ func peeringDrain(rec *events.FakeRecorder) []string {
 // ConfigMap and keeps the damping history.
 func TestPeeringReconcilePublishesIdempotentlyAndSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
-	c := fake.NewClientBuilder().WithObjects(
+	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(
 		peeringTestNode("a", "10.0.0.1", true, peeringT0.Add(-time.Hour), nil),
 		peeringTestNode("b", "10.0.0.2", false, peeringT0.Add(-time.Minute), nil),    // NotReady past 40 s
 		peeringTestNode("c", "10.0.0.3", false, peeringT0.Add(-10*time.Second), nil), // within grace
@@ -139,26 +142,106 @@ func TestPeeringReconcilePublishesIdempotentlyAndSurvivesRestart(t *testing.T) {
 	}
 }
 
-func TestPeeringSnapshotDropsStaleReportsAndRequeuesAtExpiry(t *testing.T) {
-	maxAge := time.Minute
-	b := peeringTestNode("b", "10.0.0.2", false, peeringT0.Add(-time.Hour), nil)
-	a := peeringTestNode("a", "10.0.0.1", true, peeringT0.Add(-time.Hour), nil)
-	a.Annotations = map[string]string{peering.AnnotationSessions: peering.SessionReport{Time: peeringT0.Add(-20 * time.Second), Sessions: map[string]string{"b": "Established"}}.Encode()}
-	nodes, staleAt := peeringSnapshot([]corev1.Node{*a, *b}, labels.Everything(), peeringT0, maxAge)
-	if len(nodes) != 2 || !nodes[0].Sessions["b"] {
-		t.Fatalf("a's fresh report that b is Established was dropped: %+v", nodes)
+// TestPeeringPublishesOneDocumentAndFreezes: the set goes out as one
+// ConfigMap document with a generation that grows only on change; a fresh
+// report from a Ready peer keeps a NotReady node in; when every node goes
+// NotReady the set is frozen (nobody leaves, reason published); the stop
+// switch holds every change.
+func TestPeeringPublishesOneDocumentAndFreezes(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(
+		peeringTestNode("a", "10.0.0.1", true, peeringT0.Add(-time.Hour), nil),
+		peeringTestNode("b", "10.0.0.2", true, peeringT0.Add(-time.Hour), nil),
+		peeringTestNode("c", "10.0.0.3", true, peeringT0.Add(-time.Hour), nil),
+	).Build()
+	clk := clocktesting.NewFakeClock(peeringT0)
+	r, _ := newPeeringForTest(c, clk)
+	r.opts.StopSwitch = types.NamespacedName{Namespace: DefaultPeeringNamespace, Name: "rebound-stop"}
+
+	doc := func() peering.PeerSet {
+		t.Helper()
+		var cm corev1.ConfigMap
+		if err := c.Get(ctx, r.opts.PeerSet, &cm); err != nil {
+			t.Fatal(err)
+		}
+		s, err := kube.PeerSetFromConfigMap(&cm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
-	if want := peeringT0.Add(40*time.Second + time.Millisecond); !staleAt.Equal(want) {
-		t.Errorf("staleAt = %v, want %v (when a's report about NotReady b expires)", staleAt, want)
+	run := func() {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, peeringKey); err != nil {
+			t.Fatal(err)
+		}
 	}
-	nodes, _ = peeringSnapshot([]corev1.Node{*a, *b}, labels.Everything(), peeringT0.Add(time.Minute), maxAge)
-	if nodes[0].Sessions != nil {
-		t.Errorf("a stale report still counts: %+v", nodes[0])
+	run()
+	if d := doc(); d.Generation != 1 || len(d.Peers) != 3 || d.Frozen {
+		t.Fatalf("first publish: %+v", d)
 	}
-	// A selector leaves other nodes out.
-	nodes, _ = peeringSnapshot([]corev1.Node{*a, *b}, labels.SelectorFromSet(labels.Set{"bgp": "on"}), peeringT0, maxAge)
-	if len(nodes) != 0 {
-		t.Errorf("selector ignored: %+v", nodes)
+	run()
+	if d := doc(); d.Generation != 1 {
+		t.Fatalf("an unchanged set was republished: generation %d", d.Generation)
+	}
+
+	// c dies; a reports a session with c re-established after c's
+	// NotReady transition: c stays in past its grace.
+	peeringSetReady(t, c, "c", false, clk.Now())
+	clk.Step(time.Minute)
+	rep := kube.ReportToAPI(peering.Report{Reporter: "a", ObservedAt: clk.Now(), Sessions: []peering.Session{{Peer: "c", State: "Established", Since: clk.Now().Add(-10 * time.Second)}}})
+	if err := c.Create(ctx, rep); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	d := doc()
+	if len(d.Peers) != 3 || d.Peers[2].Alive == "" || d.Peers[2].Ready {
+		t.Fatalf("c with alive evidence: %+v", d.Peers)
+	}
+
+	// Every node NotReady: full disruption. Long past the grace and the
+	// report's age, still nobody leaves.
+	peeringSetReady(t, c, "a", false, clk.Now())
+	peeringSetReady(t, c, "b", false, clk.Now())
+	clk.Step(10 * time.Minute)
+	run()
+	d = doc()
+	if len(d.Peers) != 3 || !d.Frozen || !strings.Contains(d.FrozenReason, "full disruption") || d.Floor > 3 {
+		t.Fatalf("full disruption: want 3 members, frozen: %+v", d)
+	}
+	if got := peeringLabels(t, c); got["a"] != "true" || got["b"] != "true" || got["c"] != "true" {
+		t.Fatalf("labels in full disruption: %v", got)
+	}
+
+	// a returns: no longer a full disruption, b and c leave (2 of 3 is
+	// more than half: frozen still, by the share rule).
+	peeringSetReady(t, c, "a", true, clk.Now())
+	run()
+	if d := doc(); len(d.Peers) != 3 || !d.Frozen || !strings.Contains(d.FrozenReason, "share") {
+		t.Fatalf("2 of 3 leaving at once: want frozen by the share rule: %+v", d)
+	}
+
+	// The stop switch holds every change: b returns Ready, c is deleted,
+	// nothing is published.
+	gen := doc().Generation
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: DefaultPeeringNamespace, Name: "rebound-stop"}}); err != nil {
+		t.Fatal(err)
+	}
+	peeringSetReady(t, c, "b", true, clk.Now())
+	res, err := r.Reconcile(ctx, peeringKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := doc(); d.Generation != gen || res.RequeueAfter != stoppedRecheck {
+		t.Fatalf("stop switch: generation %d -> %d, requeue %v", gen, d.Generation, res.RequeueAfter)
+	}
+	if err := c.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: DefaultPeeringNamespace, Name: "rebound-stop"}}); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	// a and b Ready, c NotReady and alone leaving: 1 of 3, it leaves.
+	if d := doc(); d.Generation == gen || d.Frozen || len(d.Peers) != 2 {
+		t.Fatalf("after the stop switch: %+v", d)
 	}
 }
 

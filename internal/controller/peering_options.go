@@ -3,7 +3,6 @@ package controller
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,10 +17,6 @@ const (
 	// DefaultPeeringName names the controller, its Events' reporter and
 	// its log lines.
 	DefaultPeeringName = "peering"
-	// DefaultSessionReportMaxAge is how old an agent's session report may
-	// be and still count: three agent report intervals (a minute each by
-	// default), so one lost write does not drop a live node's report.
-	DefaultSessionReportMaxAge = 3 * time.Minute
 	// DefaultPeeringStateName is the ConfigMap that carries the planner's
 	// state (membership and flap history) across controller restarts.
 	DefaultPeeringStateName = "rebound-peering"
@@ -35,15 +30,17 @@ type PeeringOptions struct {
 	// controllers in one manager need different names.
 	Name string
 	// Config is the planner's: prune grace period, flap damping, the
-	// global opt-out (Disabled).
+	// freeze share, which reports count, the global opt-out (Disabled).
 	Config peering.Config
 	// NodeSelector limits the nodes the controller plans for and labels;
 	// nil means every node. Nodes it does not select are left alone.
 	NodeSelector labels.Selector
-	// SessionReportMaxAge drops agents' reports older than this (a dead
-	// node's last report must not keep it in the set); 0 means
-	// DefaultSessionReportMaxAge.
-	SessionReportMaxAge time.Duration
+	// StopSwitch is the ConfigMap whose existence stops every peering
+	// change (the recovery controller's switch); empty means none.
+	StopSwitch types.NamespacedName
+	// PeerSet is the ConfigMap the set is published in; the zero value
+	// means rebound-system/rebound-peer-set.
+	PeerSet types.NamespacedName
 	// State is the ConfigMap that carries the planner's state; the zero
 	// value means rebound-system/rebound-peering. Its namespace must exist.
 	State types.NamespacedName
@@ -65,14 +62,17 @@ func (o PeeringOptions) withDefaults() PeeringOptions {
 	if o.NodeSelector == nil {
 		o.NodeSelector = labels.Everything()
 	}
-	if o.SessionReportMaxAge == 0 {
-		o.SessionReportMaxAge = DefaultSessionReportMaxAge
-	}
 	if o.State.Name == "" {
 		o.State.Name = DefaultPeeringStateName
 	}
 	if o.State.Namespace == "" {
 		o.State.Namespace = DefaultPeeringNamespace
+	}
+	if o.PeerSet.Name == "" {
+		o.PeerSet.Name = peering.DefaultPeerSetName
+	}
+	if o.PeerSet.Namespace == "" {
+		o.PeerSet.Namespace = o.State.Namespace
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -85,9 +85,6 @@ func (o PeeringOptions) Validate() error {
 	var errs []error
 	if err := o.Config.Validate(); err != nil {
 		errs = append(errs, err)
-	}
-	if o.SessionReportMaxAge < 0 {
-		errs = append(errs, fmt.Errorf("peering: sessionReportMaxAge %v must not be negative", o.SessionReportMaxAge))
 	}
 	if o.Calico != nil {
 		if err := o.Calico.Validate(); err != nil {

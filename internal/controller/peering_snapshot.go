@@ -8,60 +8,46 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	"rebound/api/v1alpha1"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
 )
 
-// peeringSnapshot turns the selected nodes into the planner's input at
-// now. It also returns when the next fresh session report of a NotReady
-// node goes stale: the plan may change then without any API event, so the
-// controller must look again.
-func peeringSnapshot(nodes []corev1.Node, selector labels.Selector, now time.Time, maxAge time.Duration) ([]peering.Node, time.Time) {
+// peeringSnapshot turns the selected nodes and the agents' reports into
+// the planner's input. Reports that cannot be read are returned as errors
+// (the caller logs them) and left out; the planner applies the freshness
+// and liveness rules to the rest (peering.AliveEvidence).
+func peeringSnapshot(nodes []corev1.Node, reports []v1alpha1.PeeringReport, selector labels.Selector) ([]peering.Node, []peering.Report, []error) {
 	var out []peering.Node
-	var staleAt time.Time
-	notReady := map[string]bool{}
+	selected := map[string]bool{}
 	for i := range nodes {
 		n := &nodes[i]
 		if !selector.Matches(labels.Set(n.Labels)) {
 			continue
 		}
-		pn := kube.PlannerNode(n, now, maxAge)
-		out = append(out, pn)
-		if !pn.Ready {
-			notReady[pn.Name] = true
-		}
+		selected[n.Name] = true
+		out = append(out, kube.PlannerNode(n))
 	}
-	// A report matters while it speaks of a NotReady node: the node's own,
-	// or a peer's that names it.
-	for i := range nodes {
-		n := &nodes[i]
-		if !selector.Matches(labels.Set(n.Labels)) {
+	var rs []peering.Report
+	var errs []error
+	for i := range reports {
+		if !selected[reports[i].Name] {
+			continue // a node the controller does not plan for, or a report without a node
+		}
+		r, err := kube.ReportFromAPI(&reports[i])
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		r, ok := kube.Report(n, now, maxAge)
-		if !ok {
-			continue
-		}
-		relevant := notReady[n.Name]
-		for peer, state := range r.Sessions {
-			relevant = relevant || (notReady[peer] && state == "Established")
-		}
-		if !relevant {
-			continue
-		}
-		at := r.Time.Add(maxAge).Add(time.Millisecond)
-		if staleAt.IsZero() || at.Before(staleAt) {
-			staleAt = at
-		}
+		rs = append(rs, r)
 	}
-	return out, staleAt
+	return out, rs, errs
 }
 
 // peeringRelevantChange filters node updates down to those that can change
-// the plan: Ready condition (status or transition time), BGP address,
-// membership or opt-out labels, selector labels, and the agents' session
-// reports. Heartbeat-only status updates, the bulk of node traffic, pass
-// no further.
+// the plan: Ready condition (status or transition time), BGP address and
+// port, membership or opt-out labels, selector labels. Heartbeat-only
+// status updates, the bulk of node traffic, pass no further.
 func peeringRelevantChange() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -73,9 +59,29 @@ func peeringRelevantChange() predicate.Predicate {
 			or, ot := kube.Ready(o)
 			nr, nt := kube.Ready(n)
 			return or != nr || !ot.Equal(nt) ||
-				kube.BGPAddress(o) != kube.BGPAddress(n) ||
-				!labels.Equals(o.Labels, n.Labels) ||
-				o.Annotations[peering.AnnotationSessions] != n.Annotations[peering.AnnotationSessions]
+				kube.BGPAddress(o) != kube.BGPAddress(n) || kube.BGPPort(o) != kube.BGPPort(n) ||
+				!labels.Equals(o.Labels, n.Labels)
+		},
+	}
+}
+
+// reportContentChange lets through report updates that say something new,
+// or that follow a long silence (half the report max age: the old report
+// may have aged out meanwhile). A routine refresh that only moves
+// observedAt starts no pass: a report that counts is re-read when it would
+// age out (the plan's NextCheck). At 1,000 agents refreshing every minute
+// this keeps the controller from planning 1,000 times a minute.
+func reportContentChange(maxAge time.Duration) predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*v1alpha1.PeeringReport)
+			n, ok2 := e.ObjectNew.(*v1alpha1.PeeringReport)
+			if !ok1 || !ok2 {
+				return true
+			}
+			ro, errO := kube.ReportFromAPI(o)
+			rn, errN := kube.ReportFromAPI(n)
+			return errO != nil || errN != nil || !ro.SameContent(rn) || rn.ObservedAt.Sub(ro.ObservedAt) >= maxAge/2
 		},
 	}
 }

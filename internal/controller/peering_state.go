@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/pkg/peering"
+	"rebound/pkg/peering/kube"
 )
 
 // Keys of the state ConfigMap.
@@ -85,5 +89,51 @@ func savePeeringState(ctx context.Context, reader client.Reader, c client.Client
 	if err := c.Update(ctx, &cm); err != nil {
 		return fmt.Errorf("update peering state ConfigMap %s: %w", key, err)
 	}
+	return nil
+}
+
+// publishPeerSet writes the set as the one document agents watch, when
+// its content differs from what is published; the generation grows by one
+// with every write. It reads the current document uncached (agents watch
+// it; the controller writes it once per change of the set).
+func (r *PeeringReconciler) publishPeerSet(ctx context.Context, log logr.Logger, res peering.Result, now time.Time) error {
+	key := r.opts.PeerSet
+	var cm corev1.ConfigMap
+	err := r.reader.Get(ctx, key, &cm)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read the published peer set ConfigMap %s: %w", key, err)
+	}
+	exists := err == nil
+	gen := int64(1)
+	if exists {
+		if old, perr := kube.PeerSetFromConfigMap(&cm); perr == nil {
+			if old.SameContent(res.PeerSet(old.Generation, old.PublishedAt)) {
+				return nil
+			}
+			gen = old.Generation + 1
+		} else {
+			log.Info("published peer set unreadable, replacing it", "configMap", key.String(), "error", perr.Error())
+		}
+	}
+	doc := res.PeerSet(gen, now)
+	if err := doc.Validate(); err != nil {
+		// Plan never produces this; refuse rather than publish garbage.
+		return fmt.Errorf("refusing to publish an invalid peer set: %w", err)
+	}
+	if !exists {
+		cm = corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "rebound"}},
+			Data:       map[string]string{peering.PeerSetKey: doc.Encode()},
+		}
+		if err := r.client.Create(ctx, &cm); err != nil {
+			return fmt.Errorf("create the published peer set ConfigMap %s (does namespace %s exist?): %w", key, key.Namespace, err)
+		}
+	} else {
+		cm.Data = map[string]string{peering.PeerSetKey: doc.Encode()}
+		if err := r.client.Update(ctx, &cm); err != nil {
+			return fmt.Errorf("update the published peer set ConfigMap %s: %w", key, err)
+		}
+	}
+	log.Info("peer set published", "generation", gen, "members", len(doc.Peers), "floor", doc.Floor, "frozen", doc.Frozen)
 	return nil
 }

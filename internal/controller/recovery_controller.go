@@ -9,7 +9,6 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
@@ -169,21 +168,7 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 }
 
 func (r *RecoveryReconciler) stopSwitchPulled(ctx context.Context) (bool, error) {
-	if r.opts.StopSwitch.Name == "" {
-		return false, nil
-	}
-	var cm corev1.ConfigMap
-	err := r.reader.Get(ctx, r.opts.StopSwitch, &cm)
-	switch {
-	case err == nil:
-		return true, nil
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case apierrors.IsForbidden(err):
-		return false, fmt.Errorf("cannot read the stop switch ConfigMap %s (grant get on configmaps in %s, see deploy/rbac): %w", r.opts.StopSwitch, r.opts.StopSwitch.Namespace, err)
-	default:
-		return false, fmt.Errorf("read the stop switch ConfigMap %s: %w", r.opts.StopSwitch, err)
-	}
+	return readStopSwitch(ctx, r.reader, r.opts.StopSwitch)
 }
 
 // announce logs an action that is not taken, once per action and cause.

@@ -8,6 +8,7 @@ import (
 
 	"rebound/deploy"
 	"rebound/internal/install"
+	"rebound/internal/scenario"
 )
 
 // installRebound server-side applies the RecoveryPolicy CRD and the default
@@ -18,11 +19,11 @@ func installRebound(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := install.Apply(ctx, cl, "rebound-demo", deploy.RecoveryPolicyCRD); err != nil {
+	if err := scenario.ApplyManifest(ctx, cl, deploy.RecoveryPolicyCRD, "rebound-demo"); err != nil {
 		return err
 	}
 	if err := install.WaitCRDEstablished(ctx, cl, install.PolicyCRD, 30*time.Second); err != nil {
 		return err
 	}
-	return install.Apply(ctx, cl, "rebound-demo", deploy.DefaultRecoveryPolicy)
+	return scenario.ApplyManifest(ctx, cl, deploy.DefaultRecoveryPolicy, "rebound-demo")
 }

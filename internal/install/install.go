@@ -1,29 +1,25 @@
-// Package install puts rebound's manifests from deploy/ on a cluster:
-// server-side apply of embedded YAML, waiting for the CRD to be served,
-// and the controller's roles bound to a given identity. The demo, the
+// Package install puts rebound's manifests from deploy/ on a cluster
+// (through scenario.ApplyManifest): waiting for the CRD to be served, and
+// the controller's roles bound to a given identity. The demo, the
 // scale bench and the e2e tests install rebound through it.
 package install
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/deploy"
 	"rebound/internal/controller"
+	"rebound/internal/scenario"
 )
 
 // PolicyCRD is the RecoveryPolicy CRD's name.
@@ -36,27 +32,6 @@ func NewClient(cfg *rest.Config) (client.Client, error) {
 		return nil, err
 	}
 	return client.New(cfg, client.Options{Scheme: scheme})
-}
-
-// Apply server-side applies every object of a YAML manifest as owner, as
-// `kubectl apply --server-side --force-conflicts` would.
-func Apply(ctx context.Context, cl client.Client, owner string, manifest []byte, opts ...client.PatchOption) error {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if len(obj.Object) == 0 || obj.GetKind() == "Kustomization" {
-			continue
-		}
-		all := append([]client.PatchOption{client.FieldOwner(owner), client.ForceOwnership}, opts...)
-		if err := cl.Patch(ctx, &obj, client.Apply, all...); err != nil {
-			return fmt.Errorf("apply %s %s: %w", obj.GetKind(), obj.GetName(), err)
-		}
-	}
 }
 
 // WaitCRDEstablished waits until the named CRD is served.
@@ -85,7 +60,7 @@ func WaitCRDEstablished(ctx context.Context, cl client.Client, name string, time
 // exactly the rights it has in a cluster), and waits for the CRD.
 func ControllerFor(ctx context.Context, cl client.Client, owner, user string) error {
 	for _, m := range [][]byte{deploy.RecoveryPolicyCRD, deploy.Namespace, deploy.ControllerRBAC} {
-		if err := Apply(ctx, cl, owner, m); err != nil {
+		if err := scenario.ApplyManifest(ctx, cl, m, owner); err != nil {
 			return err
 		}
 	}

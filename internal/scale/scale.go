@@ -24,8 +24,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"rebound/internal/install"
 	"rebound/internal/sandbox"
+	"rebound/internal/scenario"
 )
 
 // VictimLabel marks the nodes that die in the rescue; the rescued
@@ -291,7 +291,7 @@ spec:
     maxConcurrent: 100
     maxActionsPerMinute: 1000
 `, ns, ns, o.MaxUnavailable)
-		if err := install.Apply(ctx, cl, "rebound-scale", []byte(policy)); err != nil {
+		if err := scenario.ApplyManifest(ctx, cl, []byte(policy), "rebound-scale"); err != nil {
 			return err
 		}
 	}

@@ -11,23 +11,24 @@ import (
 	"rebound/pkg/peering/kube"
 )
 
-// explainBGP reads the agents' session reports (the node annotation
-// peering.rebound.dev/sessions, parsed by pkg/peering) and the published
-// peer set (the label peering.rebound.dev/in-set), and explains each
-// membership with the peering planner's own reasons: peering.Plan is run on
-// the nodes with the membership the labels publish (the flap history lives
-// in the controller's ConfigMap, which diagnose does not read).
+// explainBGP reads the agents' session reports (PeeringReport objects,
+// converted by pkg/peering/kube), the published peer set (the label
+// peering.rebound.dev/in-set, and the published document for a freeze),
+// and explains each membership with the peering planner's own reasons:
+// peering.Plan is run on the nodes and reports with the membership the
+// labels publish (the flap history lives in the controller's ConfigMap,
+// which diagnose does not read).
 func (e *explainer) explainBGP() {
 	b := &e.report.BGP
 	b.Nodes, b.KeptNotReady, b.LeftOut = []BGPNode{}, []BGPMember{}, []BGPMember{}
 
 	names := slices.Sorted(maps.Keys(e.nodes))
-	anyReport, anyLabel := false, false
+	anyReport, anyLabel := len(e.x.PeeringReports) > 0, false
 	var pnodes []peering.Node
 	st := peering.State{Nodes: map[string]peering.NodeState{}}
 	for _, name := range names {
 		n := e.nodes[name].node
-		pnodes = append(pnodes, kube.PlannerNode(n, e.now, e.x.SessionReportMaxAge))
+		pnodes = append(pnodes, kube.PlannerNode(n))
 		switch n.Labels[peering.LabelInSet] {
 		case "true":
 			anyLabel = true
@@ -36,23 +37,30 @@ func (e *explainer) explainBGP() {
 			anyLabel = true
 			st.Nodes[name] = peering.NodeState{InSet: false}
 		}
-		if _, ok := n.Annotations[peering.AnnotationSessions]; ok {
-			anyReport = true
-		}
 	}
 	switch {
 	case anyReport:
 		b.Status = "Reported"
 	case anyLabel:
 		b.Status = "NoReports"
-		b.Message = fmt.Sprintf("no agent reports found: no node carries the %s annotation (is `rebound agent` running beside BIRD?)", peering.AnnotationSessions)
+		b.Message = "no agent reports found: no PeeringReport objects (is `rebound agent` running beside BIRD?)"
 	default:
 		b.Status = "NotManaged"
 		b.Message = fmt.Sprintf("no agent reports found, and no node carries the %s label: rebound's BGP peering is not in use", peering.LabelInSet)
 		return
 	}
 
-	res := peering.Plan(peering.Input{Nodes: pnodes, State: st, Config: e.x.Peering}, e.now)
+	res := peering.Plan(peering.Input{Nodes: pnodes, Reports: e.x.PeeringReports, State: st, Config: e.x.Peering}, e.now)
+	if ps := e.x.PeerSet; ps != nil && ps.Frozen {
+		b.Frozen, b.FrozenReason = true, ps.FrozenReason
+		at := ps.PublishedAt.UTC()
+		e.add(Finding{Impact: ImpactPending, Kind: "BGPFrozen", Object: "BGP peer set",
+			Cause:   "the published peer set is frozen: nobody leaves it: " + ps.FrozenReason,
+			Rebound: "rebound holds the set as upstream would hold evictions; it follows node health again once a node is Ready (full disruption) or fewer members would leave at once",
+			Since:   &at})
+	} else if res.Frozen {
+		b.Frozen, b.FrozenReason = true, res.FrozenReason
+	}
 	decisions := make(map[string]peering.Decision, len(res.Decisions))
 	for _, d := range res.Decisions {
 		decisions[d.Name] = d
@@ -89,31 +97,24 @@ func (e *explainer) explainBGP() {
 	}
 
 	waitedFor := map[string]bool{}
-	for _, name := range names {
-		ni := e.nodes[name]
-		v, ok := ni.node.Annotations[peering.AnnotationSessions]
-		if !ok {
+	maxAge := e.x.Peering.Evidence.ReportMaxAge
+	for _, r := range e.x.PeeringReports {
+		ni, known := e.nodes[r.Reporter]
+		if !known {
 			continue
 		}
-		bn := BGPNode{Node: name, Ready: ni.ready, Waiting: []BGPWait{}}
-		r, err := peering.ParseSessionReport(v)
-		if err != nil {
-			bn.Error = "unreadable report: " + err.Error()
-			bn.Stale = true
-			b.Nodes = append(b.Nodes, bn)
-			continue
-		}
-		bn.ReportTime = r.Time.UTC()
-		bn.Stale = !r.Fresh(e.now, e.x.SessionReportMaxAge)
+		bn := BGPNode{Node: r.Reporter, Ready: ni.ready, Waiting: []BGPWait{}, Established: r.Established}
+		bn.ReportTime = r.ObservedAt.UTC()
+		age := e.now.Sub(r.ObservedAt)
+		bn.Stale = age > maxAge || age < -e.x.Peering.Evidence.MaxClockSkew
 		bn.Error = r.Error
-		for _, peer := range slices.Sorted(maps.Keys(r.Sessions)) {
-			state := r.Sessions[peer]
-			if state == "Established" {
+		for _, ss := range r.Sessions {
+			if ss.Established() {
 				bn.Established++
 				continue
 			}
-			pi, known := e.nodes[peer]
-			w := BGPWait{Peer: peer, State: state, PeerReady: known && pi.ready}
+			pi, known := e.nodes[ss.Peer]
+			w := BGPWait{Peer: ss.Peer, State: ss.State, PeerReady: known && pi.ready}
 			since := ni.since
 			if known {
 				w.PeerInSet = pi.node.Labels[peering.LabelInSet]
@@ -122,7 +123,7 @@ func (e *explainer) explainBGP() {
 				}
 			}
 			w.Since = since.UTC()
-			if m, ok := kept[peer]; ok {
+			if m, ok := kept[ss.Peer]; ok {
 				w.Reason = m.Reason + ": " + m.Message
 			}
 			bn.Waiting = append(bn.Waiting, w)
@@ -155,7 +156,7 @@ func (e *explainer) bgpNodeFindings(bn BGPNode, kept map[string]BGPMember, waite
 	case bn.Stale:
 		t := bn.ReportTime
 		e.add(Finding{Impact: ImpactInfo, Kind: "BGPReport", Object: obj, Since: &t,
-			Cause: fmt.Sprintf("its agent's BGP report is from %s, older than %s: is `rebound agent` running on %s?", stamp(bn.ReportTime), e.x.SessionReportMaxAge, bn.Node)})
+			Cause: fmt.Sprintf("its agent's BGP report is from %s, older than %s: is `rebound agent` running on %s?", stamp(bn.ReportTime), e.x.Peering.Evidence.ReportMaxAge, bn.Node)})
 		return
 	case bn.Error != "":
 		t := bn.ReportTime
@@ -211,7 +212,9 @@ func keptAdvice(m BGPMember) string {
 	case peering.InDisabled:
 		return "peer-set pruning is disabled globally, so dead nodes stay in the mesh"
 	case peering.InSessionUp:
-		return "an agent reports a session with it Established, so the peering controller keeps it (it may still forward)"
+		return "a live agent's fresh report shows a session with it re-established after it went NotReady (or BFD up), so the peering controller keeps it: it still forwards"
+	case peering.InFrozen:
+		return "the peer set is frozen (full disruption, or too many members leaving at once): nobody leaves until that ends"
 	default:
 		return "the peering controller leaves it out on its next pass"
 	}

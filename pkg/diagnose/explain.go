@@ -33,9 +33,8 @@ import (
 
 // DefaultSessionReportMaxAge is how old an agent's BGP session report may
 // be and still count, as the peering controller's default
-// (internal/controller DefaultSessionReportMaxAge): three agent report
-// intervals.
-const DefaultSessionReportMaxAge = 3 * time.Minute
+// (peering.DefaultReportMaxAge): three agent report intervals.
+const DefaultSessionReportMaxAge = peering.DefaultReportMaxAge
 
 // Extra is what Explain reads besides the controller's snapshot.
 type Extra struct {
@@ -54,6 +53,11 @@ type Extra struct {
 	// Peering is the peering planner's configuration (prune grace
 	// period), used to explain why a node is in or out of the peer set.
 	Peering peering.Config
+	// PeeringReports are the agents' PeeringReports that could be read
+	// (Gather warns about the others).
+	PeeringReports []peering.Report
+	// PeerSet is the published set document, nil when there is none.
+	PeerSet *peering.PeerSet
 }
 
 // DefaultPolicy is the policy diagnose assumes when the RecoveryPolicy CRD
@@ -129,6 +133,9 @@ func Explain(s rescue.Snapshot, x Extra) Report {
 	}
 	if x.SessionReportMaxAge <= 0 {
 		x.SessionReportMaxAge = DefaultSessionReportMaxAge
+	}
+	if x.Peering.Evidence.ReportMaxAge <= 0 {
+		x.Peering.Evidence.ReportMaxAge = x.SessionReportMaxAge
 	}
 	x.Peering = x.Peering.WithDefaults()
 	defaults := s.Defaults

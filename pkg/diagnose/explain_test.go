@@ -103,7 +103,7 @@ func TestExplain(t *testing.T) {
 			upstream:    map[string]string{"kube-system/etcd-standin-0": "at 2026-03-01T12:05:55Z"},
 			workloads:   map[string]Impact{"StatefulSet kube-system/etcd-standin": ImpactBlocking},
 			firstObject: "StatefulSet kube-system/etcd-standin",
-			firstWords:  []string{"StatefulSet pod: waiting for fencing; add the node.kubernetes.io/out-of-service taint once the node is confirmed off"},
+			firstWords:  []string{"StatefulSet pod: waiting for fencing; add the node.kubernetes.io/out-of-service:NoExecute taint once the node is confirmed off"},
 		},
 	}, {
 		name: "S5 fenced: rebound force-deletes",

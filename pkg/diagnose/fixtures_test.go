@@ -2,6 +2,8 @@ package diagnose
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -211,7 +213,12 @@ func (w *world) inSet(name, value string) {
 	w.nodeNamed(name).Labels[peering.LabelInSet] = value
 }
 
-// report writes an agent's session report on a node.
+// report records an agent's session report (every session listed, no
+// since times: the form the evidence rules trust least).
 func (w *world) report(name string, when time.Time, sessions map[string]string) {
-	w.nodeNamed(name).Annotations[peering.AnnotationSessions] = peering.SessionReport{Time: when, Sessions: sessions}.Encode()
+	r := peering.Report{Reporter: name, ObservedAt: when}
+	for _, peer := range slices.Sorted(maps.Keys(sessions)) {
+		r.Sessions = append(r.Sessions, peering.Session{Peer: peer, State: sessions[peer]})
+	}
+	w.x.PeeringReports = append(w.x.PeeringReports, r)
 }

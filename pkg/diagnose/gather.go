@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/peering"
+	"rebound/pkg/peering/kube"
 	"rebound/pkg/rescue"
 )
 
@@ -83,6 +85,10 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 		return s, x, err
 	}
 
+	if err := gatherPeering(ctx, c, &x); err != nil {
+		return s, x, err
+	}
+
 	s.Policies, err = listPolicies(ctx, c)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -115,6 +121,62 @@ func listAll[L any, T any](ctx context.Context, c Clients, what string,
 		}
 		opts.Continue = next
 	}
+}
+
+// PeeringReports is the PeeringReport resource.
+var PeeringReports = schema.GroupVersionResource{Group: v1alpha1.GroupVersion.Group, Version: v1alpha1.GroupVersion.Version, Resource: "peeringreports"}
+
+// gatherPeering lists the agents' PeeringReports and the published peer
+// set (ConfigMap rebound-system/rebound-peer-set, listed by name). Without
+// the CRD or the ConfigMap, or without the right to read them, diagnose
+// explains BGP from the node labels alone and says so.
+func gatherPeering(ctx context.Context, c Clients, x *Extra) error {
+	opts := metav1.ListOptions{Limit: pageSize}
+	for {
+		l, err := c.Dynamic.Resource(PeeringReports).List(ctx, opts)
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			x.Warnings = append(x.Warnings, fmt.Sprintf("cannot list peeringreports.rebound.dev (%s): BGP sessions unknown", apierrors.ReasonForError(err)))
+			break
+		}
+		if err != nil {
+			return describe(c, "peeringreports.rebound.dev", err)
+		}
+		for i := range l.Items {
+			var obj v1alpha1.PeeringReport
+			data, err := json.Marshal(l.Items[i].Object)
+			if err == nil {
+				err = json.Unmarshal(data, &obj)
+			}
+			var r peering.Report
+			if err == nil {
+				r, err = kube.ReportFromAPI(&obj)
+			}
+			if err != nil {
+				x.Warnings = append(x.Warnings, fmt.Sprintf("PeeringReport %s unreadable: %v", l.Items[i].GetName(), err))
+				continue
+			}
+			x.PeeringReports = append(x.PeeringReports, r)
+		}
+		if l.GetContinue() == "" {
+			break
+		}
+		opts.Continue = l.GetContinue()
+	}
+	cms, err := c.Kube.CoreV1().ConfigMaps(peering.DefaultPeerSetNamespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + peering.DefaultPeerSetName})
+	switch {
+	case apierrors.IsForbidden(err):
+		x.Warnings = append(x.Warnings, fmt.Sprintf("cannot read the published peer set %s/%s: grant the rebound-diagnose-peering Role (deploy/rbac)", peering.DefaultPeerSetNamespace, peering.DefaultPeerSetName))
+	case err != nil && !apierrors.IsNotFound(err):
+		return describe(c, "configmaps", err)
+	case err == nil && len(cms.Items) == 1:
+		set, perr := kube.PeerSetFromConfigMap(&cms.Items[0])
+		if perr != nil {
+			x.Warnings = append(x.Warnings, perr.Error())
+		} else {
+			x.PeerSet = &set
+		}
+	}
+	return nil
 }
 
 // listPolicies lists RecoveryPolicies through the dynamic client, so that a

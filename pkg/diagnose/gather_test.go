@@ -37,7 +37,7 @@ func fakeClients(objs ...runtime.Object) (*fake.Clientset, *dynamicfake.FakeDyna
 		},
 	}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{RecoveryPolicies: "RecoveryPolicyList"}, policy)
+		map[schema.GroupVersionResource]string{RecoveryPolicies: "RecoveryPolicyList", PeeringReports: "PeeringReportList"}, policy)
 	return kube, dyn, Clients{Kube: kube, Dynamic: dyn, Host: "https://api.example:6443", Timeout: time.Second}
 }
 

@@ -217,6 +217,11 @@ type BGP struct {
 	// KeptNotReady are NotReady nodes still in the peer set, with why:
 	// every other node's BIRD keeps waiting for them.
 	KeptNotReady []BGPMember `json:"keptNotReady"`
+	// Frozen is true while the published set is frozen (nobody leaves):
+	// full disruption, or too many members leaving at once; FrozenReason
+	// says which.
+	Frozen       bool   `json:"frozen,omitempty"`
+	FrozenReason string `json:"frozenReason,omitempty"`
 	// LeftOut are the nodes labelled out of the peer set, with why.
 	LeftOut []BGPMember `json:"leftOut"`
 }

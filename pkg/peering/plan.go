@@ -10,39 +10,96 @@
 // it, flap damping (damping.go), and opt-outs per node and globally.
 //
 // Plan is a pure function of its input and the time: no client, no logger,
-// no clock. The controller gathers nodes and agent reports, calls Plan,
-// publishes Result.Peers and Result.State, and comes back at
+// no clock. The controller gathers nodes and the agents' reports, calls
+// Plan, publishes Result.PeerSet (one document agents watch, peerset.go)
+// and the node labels, keeps Result.State, and comes back at
 // Result.NextCheck.
 package peering
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
+	"strings"
 	"time"
 )
 
 // Plan computes the peer set for the snapshot in at time now.
 //
-// Invariants (tested): a Ready node with a BGP address is always in the set;
-// a NotReady node leaves only after PruneGrace and only while no session is
-// reported Established; a node with LabelKeepInMesh, or any node when
-// Config.Disabled, stays in. Plan is deterministic: the same input and time
-// give the same result, and feeding Result.State back with the same nodes
-// and time changes nothing. A node listed twice counts once (the first).
+// Invariants (tested): a Ready node with a BGP address of its own is
+// always in the set; a NotReady node leaves only after PruneGrace and only
+// while no live agent shows fresh evidence that it is alive
+// (AliveEvidence); a node with LabelKeepInMesh, or any node when
+// Config.Disabled, stays in. The set never collapses: when every node is
+// NotReady (full disruption: the control plane is the likelier side cut
+// off) or more than MaxLeaveShare of the members would leave at once
+// without their peers confirming them down, nobody leaves and the result
+// is Frozen. Two nodes claiming one address are both left out, unless
+// one of them was already published with it (it keeps it). Plan is
+// deterministic, and feeding Result.State back with the same input and
+// time changes nothing. A node listed twice counts once (the first).
 func Plan(in Input, now time.Time) Result {
 	cfg := in.Config.WithDefaults()
 	nodes := uniqueSortedNodes(in.Nodes)
-	sessions := indexSessions(nodes)
+	ev := AliveEvidence(nodes, in.Reports, now, cfg.Evidence)
+	dups := duplicateAddresses(nodes, in.State)
 
 	res := Result{State: State{Nodes: make(map[string]NodeState, len(nodes))}}
+	decisions := make([]decision, len(nodes))
+	allNotReady := len(nodes) > 0
+	prevIn, leaving, confirmed := 0, 0, 0
+	for i, n := range nodes {
+		prev, known := in.State.Nodes[n.Name]
+		wasIn := known && prev.InSet
+		if n.Ready {
+			allNotReady = false
+		}
+		d := decide(cfg, n, prev, known, ev.Alive[n.Name], now)
+		if dups[n.Name] != "" {
+			d = decision{reason: OutDuplicate, message: dups[n.Name]}
+		}
+		decisions[i] = d
+		if wasIn || d.inSet {
+			// The share counts against every member of this step had
+			// nobody left: the old members and those joining now, so
+			// that re-planning from the result decides the same.
+			prevIn++
+		}
+		if wasIn {
+			if !d.inSet {
+				leaving++
+				if ev.Down[n.Name] != "" {
+					confirmed++
+				}
+			}
+		}
+	}
+
+	// The set never collapses (issue 9).
+	switch unconfirmed := leaving - confirmed; {
+	case allNotReady:
+		res.Frozen = true
+		res.FrozenReason = fmt.Sprintf("full disruption: all %d nodes are NotReady, so the control plane is the likelier side cut off; nobody leaves the set until a node is Ready again", len(nodes))
+	case float64(unconfirmed) > cfg.MaxLeaveShare*float64(prevIn):
+		res.Frozen = true
+		res.FrozenReason = fmt.Sprintf("%d of the %d members would leave at once without a live peer confirming them down, more than the %g share allowed; nobody leaves until fewer would, or their peers report them down", unconfirmed, prevIn, cfg.MaxLeaveShare)
+	}
+	res.Floor = prevIn - int(cfg.MaxLeaveShare*float64(prevIn))
+
 	seen := make(map[string]bool, len(nodes))
-	for _, n := range nodes {
+	for i, n := range nodes {
 		seen[n.Name] = true
 		prev, known := in.State.Nodes[n.Name]
-		d := decide(cfg, n, prev, known, sessions[n.Name], now)
+		wasIn := known && prev.InSet
+		d := decisions[i]
+		if res.Frozen && wasIn && !d.inSet && n.Address.IsValid() && d.reason != OutDuplicate {
+			d = decision{inSet: true, reason: InFrozen, message: fmt.Sprintf("would leave (%s: %s), but the set is frozen: %s", d.reason, d.message, res.FrozenReason), pruneAt: d.pruneAt}
+		}
 
 		next := NodeState{InSet: d.inSet, Since: prev.Since, Removals: recentRemovals(prev.Removals, now, cfg.FlapWindow)}
-		wasIn := known && prev.InSet
+		if d.inSet {
+			next.Address = n.Address
+		}
 		switch {
 		case d.inSet && !wasIn:
 			res.Changes = append(res.Changes, Change{Name: n.Name, Kind: Added, Reason: d.reason, Message: d.message})
@@ -65,16 +122,29 @@ func Plan(in Input, now time.Time) Result {
 		res.State.Nodes[n.Name] = next
 		res.Decisions = append(res.Decisions, Decision{Name: n.Name, InSet: d.inSet, Reason: d.reason, Message: d.message})
 		if d.inSet {
-			res.Peers = append(res.Peers, Peer{Name: n.Name, Address: n.Address})
+			p := Peer{Name: n.Name, Address: n.Address, Port: n.Port, Ready: n.Ready, ReadySince: n.LastTransition, Reason: d.reason}
+			if !n.Ready {
+				p.Alive = ev.Alive[n.Name]
+			} else {
+				p.Lost = ev.Lost[n.Name]
+			}
+			res.Peers = append(res.Peers, p)
 		}
 		if !d.pruneAt.IsZero() && (res.NextCheck.IsZero() || d.pruneAt.Before(res.NextCheck)) {
 			res.NextCheck = d.pruneAt
 		}
 	}
+	if !ev.StaleAt.IsZero() && (res.NextCheck.IsZero() || ev.StaleAt.Before(res.NextCheck)) {
+		// A report that counts now ages out then.
+		res.NextCheck = ev.StaleAt
+	}
+	res.Floor = min(res.Floor, len(res.Peers))
 
 	// Nodes deleted from the cluster leave the set at once: there is nothing
-	// left to wait for. Their removals stay on record for the flap window so
-	// that deleting and re-creating a node cannot reset its damping.
+	// left to wait for, and a deletion is an operator's act, not a symptom
+	// of a partition (so it never freezes the set). Their removals stay on
+	// record for the flap window so that deleting and re-creating a node
+	// cannot reset its damping.
 	deleted := make([]string, 0)
 	for name := range in.State.Nodes {
 		if !seen[name] {
@@ -102,6 +172,64 @@ func Plan(in Input, now time.Time) Result {
 	return res
 }
 
+// PeerSet is the document to publish for this result.
+func (r Result) PeerSet(generation int64, now time.Time) PeerSet {
+	return PeerSet{
+		Version:      PeerSetVersion,
+		Generation:   generation,
+		PublishedAt:  now,
+		Floor:        r.Floor,
+		Frozen:       r.Frozen,
+		FrozenReason: r.FrozenReason,
+		Peers:        append([]PublishedPeer{}, r.Peers...),
+	}
+}
+
+// duplicateAddresses finds nodes that share a BGP address (a kubelet can
+// set its own address annotation, so this may be an attack as much as a
+// mistake). BIRD names a protocol after the address, so two peers with one
+// address make every agent's render invalid; instead the conflicting nodes
+// are left out, except the one already published with that address, if
+// exactly one was (an impostor cannot take a member's address from it).
+// The result maps each node left out to the message saying why.
+func duplicateAddresses(nodes []Node, st State) map[string]string {
+	byAddr := map[netip.Addr][]string{}
+	for _, n := range nodes {
+		if n.Address.IsValid() {
+			byAddr[n.Address] = append(byAddr[n.Address], n.Name)
+		}
+	}
+	out := map[string]string{}
+	for addr, names := range byAddr {
+		if len(names) < 2 {
+			continue
+		}
+		var incumbents []string
+		for _, name := range names {
+			if prev := st.Nodes[name]; prev.InSet && prev.Address == addr {
+				incumbents = append(incumbents, name)
+			}
+		}
+		for _, name := range names {
+			if len(incumbents) == 1 && incumbents[0] == name {
+				continue
+			}
+			others := make([]string, 0, len(names)-1)
+			for _, o := range names {
+				if o != name {
+					others = append(others, o)
+				}
+			}
+			msg := fmt.Sprintf("BGP address %s is also claimed by %s: left out so that no agent's render breaks", addr, strings.Join(others, ", "))
+			if len(incumbents) == 1 {
+				msg += fmt.Sprintf(" (%s was published with it first and keeps it)", incumbents[0])
+			}
+			out[name] = msg
+		}
+	}
+	return out
+}
+
 // decision is one node's verdict plus, for a node in its grace period, the
 // time it becomes prunable if nothing else changes.
 type decision struct {
@@ -114,14 +242,8 @@ type decision struct {
 	streakStart time.Time
 }
 
-// sessionReport summarises what agents say about one node's BGP sessions.
-type sessionReport struct {
-	known      bool   // some agent reported on this node
-	upReporter string // first reporter (by name) of an Established session
-}
-
 // decide applies the membership rules to one node, first match wins.
-func decide(cfg Config, n Node, prev NodeState, known bool, s sessionReport, now time.Time) decision {
+func decide(cfg Config, n Node, prev NodeState, known bool, alive string, now time.Time) decision {
 	switch {
 	case !n.Address.IsValid():
 		return decision{reason: OutNoAddress, message: "no valid BGP address: nothing to peer with"}
@@ -137,8 +259,8 @@ func decide(cfg Config, n Node, prev NodeState, known bool, s sessionReport, now
 	if known && !prev.InSet {
 		return decision{reason: OutNotReady, message: fmt.Sprintf("NotReady since %s; out of the mesh since %s", stamp(n.LastTransition), stamp(prev.Since))}
 	}
-	if s.upReporter != "" {
-		return decision{inSet: true, reason: InSessionUp, message: fmt.Sprintf("NotReady, but %s reports a BGP session Established with it: still forwarding", s.upReporter)}
+	if alive != "" {
+		return decision{inSet: true, reason: InSessionUp, message: "NotReady, but alive: " + alive}
 	}
 
 	streakStart := n.LastTransition
@@ -155,10 +277,6 @@ func decide(cfg Config, n Node, prev NodeState, known bool, s sessionReport, now
 	removals := recentRemovals(prev.Removals, now, cfg.FlapWindow)
 	grace := cfg.PruneGrace(len(removals))
 	down := now.Sub(streakStart)
-	sessions := "no session state reported"
-	if s.known {
-		sessions = "no session Established"
-	}
 	if down < grace {
 		return decision{
 			inSet:       true,
@@ -168,7 +286,7 @@ func decide(cfg Config, n Node, prev NodeState, known bool, s sessionReport, now
 			streakStart: assumedStart,
 		}
 	}
-	return decision{reason: OutNotReady, message: fmt.Sprintf("NotReady for %s, past the %s grace period, %s", down, grace, sessions)}
+	return decision{reason: OutNotReady, message: fmt.Sprintf("NotReady for %s, past the %s grace period, and no live peer shows fresh evidence that it is alive", down, grace)}
 }
 
 // uniqueSortedNodes returns the nodes sorted by name, keeping the first of
@@ -184,63 +302,6 @@ func uniqueSortedNodes(in []Node) []Node {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// indexSessions turns the agents' reports (reporter -> peer -> up) into one
-// summary per NotReady node: only those can be pruned, so only their
-// sessions matter. A node's sessions are up when any agent, its own or a
-// peer's, reports a session with it Established. nodes must be sorted so
-// the reporter named in messages is stable.
-//
-// With a full mesh every agent reports n-1 sessions; looking up the few
-// NotReady nodes in each report instead of walking every report keeps a
-// 1,000-node plan in milliseconds.
-func indexSessions(nodes []Node) map[string]sessionReport {
-	idx := make(map[string]sessionReport)
-	for _, n := range nodes {
-		if !n.Ready {
-			idx[n.Name] = sessionReport{}
-		}
-	}
-	if len(idx) == 0 {
-		return idx
-	}
-	note := func(node, reporter string, up bool) {
-		r := idx[node]
-		r.known = true
-		if up && r.upReporter == "" {
-			r.upReporter = reporter
-		}
-		idx[node] = r
-	}
-	for _, reporter := range nodes {
-		if len(reporter.Sessions) == 0 {
-			continue
-		}
-		if _, candidate := idx[reporter.Name]; candidate {
-			// The node's own report: any Established session shows it is
-			// alive and forwarding.
-			anyUp := false
-			for _, up := range reporter.Sessions {
-				anyUp = anyUp || up
-			}
-			note(reporter.Name, reporter.Name, anyUp)
-		}
-		if len(reporter.Sessions) > len(idx) {
-			for node := range idx {
-				if up, ok := reporter.Sessions[node]; ok {
-					note(node, reporter.Name, up)
-				}
-			}
-			continue
-		}
-		for node, up := range reporter.Sessions {
-			if _, candidate := idx[node]; candidate {
-				note(node, reporter.Name, up)
-			}
-		}
-	}
-	return idx
 }
 
 // ValidateNodes reports what Plan would silently work around: duplicate

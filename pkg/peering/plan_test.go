@@ -36,13 +36,21 @@ func outOfSet(since time.Time, removals ...time.Time) NodeState {
 func TestPlan(t *testing.T) {
 	ago := func(d time.Duration) time.Time { return t0.Add(-d) }
 	withLabel := func(n Node) Node { n.KeepInMesh = true; return n }
-	withSessions := func(n Node, s map[string]bool) Node { n.Sessions = s; return n }
+	// est is a report by reporter of a session with peer in state since.
+	est := func(reporter, peer, state string, since time.Time) Report {
+		return Report{Reporter: reporter, ObservedAt: t0.Add(-time.Second), Sessions: []Session{{Peer: peer, State: state, Since: since}}}
+	}
 
 	tests := []struct {
-		name      string
-		nodes     []Node
-		state     map[string]NodeState
-		config    Config
+		name    string
+		nodes   []Node
+		reports []Report
+		state   map[string]NodeState
+		config  Config
+		// alone: no anchor node. Every other case gets a Ready member
+		// "zz" (left out of the comparisons), so that a lone NotReady
+		// node is not a full disruption, which freezes the set.
+		alone     bool
 		wantPeers []string
 		wantWhy   map[string]Reason
 		// wantChanges lists "+name" for Added and "-name" for Removed.
@@ -107,35 +115,114 @@ func TestPlan(t *testing.T) {
 			wantChanges: []string{"+c"},
 		},
 		{
-			name: "an Established session reported by a peer keeps a NotReady node in",
-			nodes: []Node{
-				withSessions(ready("a", 1, ago(time.Hour)), map[string]bool{"b": true}),
-				notReady("b", 2, ago(time.Hour)),
-			},
-			state:     map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
-			wantPeers: []string{"a", "b"},
-			wantWhy:   map[string]Reason{"a": InReady, "b": InSessionUp},
-		},
-		{
-			name: "an Established session reported by the node's own agent keeps it in",
+			name: "a fresh Established session newer than the NotReady transition, reported by a Ready peer, keeps the node in",
 			nodes: []Node{
 				ready("a", 1, ago(time.Hour)),
-				withSessions(notReady("b", 2, ago(time.Hour)), map[string]bool{"a": true}),
+				notReady("b", 2, ago(time.Hour)),
 			},
+			reports:   []Report{est("a", "b", "Established", ago(30*time.Minute))},
 			state:     map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
 			wantPeers: []string{"a", "b"},
 			wantWhy:   map[string]Reason{"a": InReady, "b": InSessionUp},
+			wantNext:  t0.Add(-time.Second + DefaultReportMaxAge + time.Millisecond),
 		},
 		{
-			name: "sessions known and down: the node leaves after the grace",
+			name: "a session older than the NotReady transition is no evidence (the hold timer may not have run out)",
 			nodes: []Node{
-				withSessions(ready("a", 1, ago(time.Hour)), map[string]bool{"b": false}),
+				ready("a", 1, ago(time.Hour)),
 				notReady("b", 2, ago(time.Hour)),
 			},
+			reports:     []Report{est("a", "b", "Established", ago(2*time.Hour))},
 			state:       map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
 			wantPeers:   []string{"a"},
 			wantWhy:     map[string]Reason{"a": InReady, "b": OutNotReady},
 			wantChanges: []string{"-b"},
+		},
+		{
+			name: "the node's own report never keeps it in",
+			nodes: []Node{
+				ready("a", 1, ago(time.Hour)),
+				notReady("b", 2, ago(time.Hour)),
+			},
+			reports:     []Report{est("b", "a", "Established", ago(time.Minute)), est("b", "b", "Established", ago(time.Minute))},
+			state:       map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
+			wantPeers:   []string{"a"},
+			wantWhy:     map[string]Reason{"a": InReady, "b": OutNotReady},
+			wantChanges: []string{"-b"},
+		},
+		{
+			name: "a NotReady reporter's report does not count",
+			nodes: []Node{
+				notReady("a", 1, ago(time.Hour)),
+				notReady("b", 2, ago(time.Hour)),
+				ready("c", 3, ago(time.Hour)),
+				ready("d", 4, ago(time.Hour)),
+			},
+			reports:     []Report{est("a", "b", "Established", ago(time.Minute))},
+			state:       map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{}), "c": inSet(time.Time{}), "d": inSet(time.Time{})},
+			wantPeers:   []string{"c", "d"},
+			wantWhy:     map[string]Reason{"a": OutNotReady, "b": OutNotReady, "c": InReady, "d": InReady},
+			wantChanges: []string{"-a", "-b"},
+		},
+		{
+			name: "a stale report does not count",
+			nodes: []Node{
+				ready("a", 1, ago(time.Hour)),
+				notReady("b", 2, ago(time.Hour)),
+			},
+			reports:     []Report{{Reporter: "a", ObservedAt: ago(DefaultReportMaxAge + time.Second), Sessions: []Session{{Peer: "b", State: "Established", Since: ago(time.Minute)}}}},
+			state:       map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
+			wantPeers:   []string{"a"},
+			wantWhy:     map[string]Reason{"a": InReady, "b": OutNotReady},
+			wantChanges: []string{"-b"},
+		},
+		{
+			name: "a report from the future does not count",
+			nodes: []Node{
+				ready("a", 1, ago(time.Hour)),
+				notReady("b", 2, ago(time.Hour)),
+			},
+			reports:     []Report{{Reporter: "a", ObservedAt: t0.Add(DefaultMaxClockSkew + time.Second), Sessions: []Session{{Peer: "b", State: "Established", Since: ago(time.Minute)}}}},
+			state:       map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
+			wantPeers:   []string{"a"},
+			wantWhy:     map[string]Reason{"a": InReady, "b": OutNotReady},
+			wantChanges: []string{"-b"},
+		},
+		{
+			name: "a session time from the future does not count",
+			nodes: []Node{
+				ready("a", 1, ago(time.Hour)),
+				notReady("b", 2, ago(time.Hour)),
+			},
+			reports:     []Report{est("a", "b", "Established", t0.Add(time.Hour))},
+			state:       map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
+			wantPeers:   []string{"a"},
+			wantWhy:     map[string]Reason{"a": InReady, "b": OutNotReady},
+			wantChanges: []string{"-b"},
+		},
+		{
+			name: "a report read before the NotReady transition does not count",
+			nodes: []Node{
+				ready("a", 1, ago(time.Hour)),
+				notReady("b", 2, ago(time.Minute)),
+			},
+			reports:     []Report{{Reporter: "a", ObservedAt: ago(2 * time.Minute), Sessions: []Session{{Peer: "b", State: "Established", BFD: BFDUp}}}},
+			state:       map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
+			wantPeers:   []string{"a"},
+			wantWhy:     map[string]Reason{"a": InReady, "b": OutNotReady},
+			wantChanges: []string{"-b"},
+		},
+		{
+			name: "BFD up in a fresh report keeps the node in, whatever the session's age",
+			nodes: []Node{
+				ready("a", 1, ago(time.Hour)),
+				notReady("b", 2, ago(time.Hour)),
+			},
+			reports:   []Report{{Reporter: "a", ObservedAt: t0.Add(-time.Second), Sessions: []Session{{Peer: "b", State: "Established", Since: ago(48 * time.Hour), BFD: BFDUp}}}},
+			state:     map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
+			wantPeers: []string{"a", "b"},
+			wantWhy:   map[string]Reason{"a": InReady, "b": InSessionUp},
+			wantNext:  t0.Add(-time.Second + DefaultReportMaxAge + time.Millisecond),
 		},
 		{
 			name:        "returning Ready rejoins at once, even right after a removal",
@@ -226,8 +313,15 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			in := Input{Nodes: tc.nodes, State: State{Nodes: tc.state}, Config: tc.config}
-			res := Plan(in, t0)
+			in := Input{Nodes: tc.nodes, Reports: tc.reports, State: State{Nodes: tc.state}, Config: tc.config}
+			if !tc.alone {
+				in.Nodes = append(append([]Node{}, tc.nodes...), ready("zz", 200, ago(time.Hour)))
+				in.State.Nodes = map[string]NodeState{"zz": {InSet: true, Address: addr(200)}}
+				for k, v := range tc.state {
+					in.State.Nodes[k] = v
+				}
+			}
+			res := withoutAnchor(Plan(in, t0))
 
 			if got := res.PeerNames(); !reflect.DeepEqual(got, tc.wantPeers) && (len(got) > 0 || len(tc.wantPeers) > 0) {
 				t.Errorf("peers = %v, want %v", got, tc.wantPeers)
@@ -251,12 +345,56 @@ func TestPlan(t *testing.T) {
 			if !res.NextCheck.Equal(tc.wantNext) {
 				t.Errorf("NextCheck = %v, want %v", res.NextCheck, tc.wantNext)
 			}
-			if tc.wantState != nil && !reflect.DeepEqual(res.State.Nodes, tc.wantState) {
+			if tc.wantState != nil && !reflect.DeepEqual(withoutAddresses(res.State.Nodes), tc.wantState) {
 				t.Errorf("state = %+v, want %+v", res.State.Nodes, tc.wantState)
 			}
-			checkIdempotent(t, in, t0, res)
+			checkIdempotent(t, in, t0, Plan(in, t0))
 		})
 	}
+}
+
+// withoutAddresses drops the published addresses from a state, for tables
+// that check only membership and history.
+func withoutAddresses(st map[string]NodeState) map[string]NodeState {
+	out := make(map[string]NodeState, len(st))
+	for k, v := range st {
+		v.Address = netip.Addr{}
+		out[k] = v
+	}
+	return out
+}
+
+// withoutAnchor drops the anchor node "zz" from a result.
+func withoutAnchor(r Result) Result {
+	var peers []Peer
+	for _, p := range r.Peers {
+		if p.Name != "zz" {
+			peers = append(peers, p)
+		}
+	}
+	r.Peers = peers
+	var ds []Decision
+	for _, d := range r.Decisions {
+		if d.Name != "zz" {
+			ds = append(ds, d)
+		}
+	}
+	r.Decisions = ds
+	var cs []Change
+	for _, c := range r.Changes {
+		if c.Name != "zz" {
+			cs = append(cs, c)
+		}
+	}
+	r.Changes = cs
+	st := State{Nodes: map[string]NodeState{}}
+	for k, v := range r.State.Nodes {
+		if k != "zz" {
+			st.Nodes[k] = v
+		}
+	}
+	r.State = st
+	return r
 }
 
 func changeNames(cs []Change) []string {
@@ -308,9 +446,6 @@ func TestPlanInvariantsRandom(t *testing.T) {
 				LastTransition: t0.Add(-time.Duration(rng.IntN(600)) * time.Second),
 				KeepInMesh:     rng.IntN(5) == 0,
 			}
-			if rng.IntN(4) == 0 {
-				n.Sessions = map[string]bool{fmt.Sprintf("n%d", rng.IntN(8)): rng.IntN(2) == 0}
-			}
 			nodes = append(nodes, n)
 			if rng.IntN(3) > 0 {
 				var removals []time.Time
@@ -321,13 +456,27 @@ func TestPlanInvariantsRandom(t *testing.T) {
 				state.Nodes[n.Name] = NodeState{InSet: rng.IntN(2) == 0, Since: t0.Add(-time.Duration(rng.IntN(300)) * time.Second), Removals: removals}
 			}
 		}
-		in := Input{Nodes: nodes, State: state}
+		var reports []Report
+		for i := 0; i < 8; i++ {
+			if rng.IntN(3) == 0 {
+				state := []string{"Established", "Active"}[rng.IntN(2)]
+				reports = append(reports, Report{
+					Reporter: fmt.Sprintf("n%d", i), ObservedAt: t0.Add(-time.Duration(rng.IntN(400)) * time.Second),
+					Sessions: []Session{{Peer: fmt.Sprintf("n%d", rng.IntN(8)), State: state, Since: t0.Add(-time.Duration(rng.IntN(900)) * time.Second)}},
+				})
+			}
+		}
+		in := Input{Nodes: nodes, Reports: reports, State: state}
 		res := Plan(in, t0)
+		allNotReady := true
+		for _, n := range nodes {
+			allNotReady = allNotReady && !n.Ready
+		}
 		peers := map[string]bool{}
 		for _, p := range res.Peers {
 			peers[p.Name] = true
 		}
-		sessions := indexSessions(uniqueSortedNodes(nodes))
+		ev := AliveEvidence(nodes, reports, t0, cfg.Evidence)
 		byName := map[string]Node{}
 		for _, n := range nodes {
 			byName[n.Name] = n
@@ -348,7 +497,10 @@ func TestPlanInvariantsRandom(t *testing.T) {
 				start = prev.Since
 			}
 			grace := cfg.PruneGrace(len(recentRemovals(prev.Removals, t0, cfg.FlapWindow)))
-			if n.Ready || n.KeepInMesh || t0.Sub(start) < grace || sessions[n.Name].upReporter != "" {
+			if allNotReady || res.Frozen {
+				t.Fatalf("iter %d: %s removed from a frozen set (%s)", iter, n.Name, res.FrozenReason)
+			}
+			if n.Ready || n.KeepInMesh || t0.Sub(start) < grace || ev.Alive[n.Name] != "" {
 				t.Fatalf("iter %d: %s removed against the rules: node %+v prev %+v grace %v", iter, n.Name, n, prev, grace)
 			}
 		}
@@ -379,7 +531,7 @@ func TestStateJSONRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(back, res.State) {
 		t.Fatalf("state changed through JSON:\n%s\n%+v\n%+v", raw, res.State, back)
 	}
-	want := `{"nodes":{"a":{"inSet":true},"b":{"inSet":false,"since":"2026-03-01T12:00:00Z","removals":["2026-03-01T12:00:00Z"]}}}`
+	want := `{"nodes":{"a":{"inSet":true,"address":"10.0.0.1"},"b":{"inSet":false,"since":"2026-03-01T12:00:00Z","removals":["2026-03-01T12:00:00Z"]}}}`
 	if string(raw) != want {
 		t.Errorf("state JSON = %s, want %s", raw, want)
 	}

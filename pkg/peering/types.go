@@ -23,6 +23,10 @@ const (
 	// DefaultFlapWindow is how long a removal counts against a node when the
 	// damping rule stretches its next grace period.
 	DefaultFlapWindow = 10 * time.Minute
+	// DefaultMaxLeaveShare: when more than this share of the set's members
+	// would leave in one step without their peers confirming them down, the
+	// set is frozen instead (issue 9: the set never collapses).
+	DefaultMaxLeaveShare = 0.5
 	// DefaultMaxPruneGracePeriod caps the stretched grace period so that a
 	// node that flapped and then really died still leaves the mesh before
 	// BIRD's default 240 s graceful-restart wait would matter twice over.
@@ -44,10 +48,9 @@ type Node struct {
 	LastTransition time.Time
 	// KeepInMesh is true when the node carries LabelKeepInMesh=true.
 	KeepInMesh bool
-	// Sessions is this node's agent report of its BGP sessions: peer node
-	// name to "session Established". nil means no report. The caller must
-	// drop reports it considers stale: the planner trusts what it is given.
-	Sessions map[string]bool
+	// Port is the node's BGP port (annotation peering.rebound.dev/bgp-port);
+	// 0 means 179. Published with the set so agents need not read Nodes.
+	Port uint16
 }
 
 // KeepInMeshFromLabels reads LabelKeepInMesh the way the planner expects:
@@ -72,6 +75,13 @@ type Config struct {
 	// rule. Zero means DefaultMaxPruneGracePeriod; a value below
 	// PruneGracePeriod is raised to it.
 	MaxPruneGracePeriod time.Duration `json:"maxPruneGracePeriod,omitempty"`
+	// MaxLeaveShare, in (0, 1]: when more than this share of the members
+	// would leave in one step (not counting those whose peers report them
+	// down), nobody leaves and the set is frozen. Zero means
+	// DefaultMaxLeaveShare; 1 turns the rule off.
+	MaxLeaveShare float64 `json:"maxLeaveShare,omitempty"`
+	// Evidence says which agents' reports count (AliveEvidence).
+	Evidence EvidenceOptions `json:"evidence,omitzero"`
 }
 
 // WithDefaults returns c with every zero duration replaced by its default.
@@ -88,6 +98,10 @@ func (c Config) WithDefaults() Config {
 	if c.MaxPruneGracePeriod < c.PruneGracePeriod {
 		c.MaxPruneGracePeriod = c.PruneGracePeriod
 	}
+	if c.MaxLeaveShare <= 0 {
+		c.MaxLeaveShare = DefaultMaxLeaveShare
+	}
+	c.Evidence = c.Evidence.WithDefaults()
 	return c
 }
 
@@ -104,6 +118,11 @@ func (c Config) Validate() error {
 	check("pruneGracePeriod", c.PruneGracePeriod)
 	check("flapWindow", c.FlapWindow)
 	check("maxPruneGracePeriod", c.MaxPruneGracePeriod)
+	check("evidence.reportMaxAge", c.Evidence.ReportMaxAge)
+	check("evidence.maxClockSkew", c.Evidence.MaxClockSkew)
+	if c.MaxLeaveShare < 0 || c.MaxLeaveShare > 1 {
+		errs = append(errs, fmt.Errorf("peering config: maxLeaveShare %v: want a share in (0, 1], e.g. 0.5; 0 means the default %v", c.MaxLeaveShare, DefaultMaxLeaveShare))
+	}
 	if c.MaxPruneGracePeriod > 0 && c.PruneGracePeriod > 0 && c.MaxPruneGracePeriod < c.PruneGracePeriod {
 		errs = append(errs, fmt.Errorf("peering config: maxPruneGracePeriod %v is below pruneGracePeriod %v", c.MaxPruneGracePeriod, c.PruneGracePeriod))
 	}
@@ -131,6 +150,9 @@ type NodeState struct {
 	// without a transition time. It is zero for a node taken into the set
 	// on first sight. A NotReady streak never counts from before Since.
 	Since time.Time `json:"since,omitzero"`
+	// Address is the BGP address the node was published with: when two
+	// nodes claim one address, the one already published with it keeps it.
+	Address netip.Addr `json:"address,omitzero"`
 	// Removals are the times the planner removed the node, oldest first,
 	// only those less than FlapWindow old.
 	Removals []time.Time `json:"removals,omitempty"`
@@ -138,9 +160,12 @@ type NodeState struct {
 
 // Input is the snapshot the planner decides from.
 type Input struct {
-	Nodes  []Node
-	State  State
-	Config Config
+	Nodes []Node
+	// Reports are the agents' session reports, unfiltered: the planner
+	// applies AliveEvidence's rules itself.
+	Reports []Report
+	State   State
+	Config  Config
 }
 
 // Reason says, as a stable code, why a node is in or out of the set.
@@ -149,30 +174,29 @@ type Reason string
 // Reasons. The In* reasons mean the node is in the set, the Out* reasons
 // that it is not.
 const (
-	InReady       Reason = "Ready"           // node is Ready
-	InDisabled    Reason = "PruningDisabled" // global opt-out
-	InKeepLabel   Reason = "KeepInMeshLabel" // per-node opt-out
-	InGracePeriod Reason = "InGracePeriod"   // NotReady, grace not over yet
-	InSessionUp   Reason = "SessionEstablished"
+	InReady       Reason = "Ready"              // node is Ready
+	InDisabled    Reason = "PruningDisabled"    // global opt-out
+	InKeepLabel   Reason = "KeepInMeshLabel"    // per-node opt-out
+	InGracePeriod Reason = "InGracePeriod"      // NotReady, grace not over yet
+	InSessionUp   Reason = "SessionEstablished" // NotReady, but alive evidence
+	InFrozen      Reason = "SetFrozen"          // would leave, but the set is frozen
 	OutNotReady   Reason = "NotReadyPastGrace"
 	OutNoAddress  Reason = "NoBGPAddress"
+	OutDuplicate  Reason = "DuplicateAddress" // another node claims the same address
 	OutDeleted    Reason = "NodeDeleted"
 )
 
 // In reports whether the reason keeps a node in the set.
 func (r Reason) In() bool {
 	switch r {
-	case InReady, InDisabled, InKeepLabel, InGracePeriod, InSessionUp:
+	case InReady, InDisabled, InKeepLabel, InGracePeriod, InSessionUp, InFrozen:
 		return true
 	}
 	return false
 }
 
-// Peer is one member of the peer set.
-type Peer struct {
-	Name    string     `json:"name"`
-	Address netip.Addr `json:"address"`
-}
+// Peer is one member of the peer set: PublishedPeer, what agents read.
+type Peer = PublishedPeer
 
 // Decision is the planner's verdict on one node, with a message for humans.
 type Decision struct {
@@ -212,6 +236,13 @@ type Result struct {
 	Changes []Change `json:"changes,omitempty"`
 	// State is what to publish and pass to the next Plan.
 	State State `json:"state"`
+	// Frozen is true when removals were held back (full disruption, or
+	// too large a share leaving at once); FrozenReason says which.
+	Frozen       bool   `json:"frozen,omitempty"`
+	FrozenReason string `json:"frozenReason,omitempty"`
+	// Floor is the smallest set the controller stands behind this step
+	// (PeerSet.Floor).
+	Floor int `json:"floor"`
 	// NextCheck is the earliest time at which Plan could decide differently
 	// without any new input (a grace period ends, a removal leaves the flap
 	// window). Zero when nothing is pending.

@@ -393,12 +393,11 @@ func TestDiagnoseS4(t *testing.T) {
 	for _, n := range lab.Nodes {
 		annotateBGP(ctx, t, c, n, "")
 	}
-	startPeeringController(t, c, controller.PeeringOptions{
-		Name:                "peering-diagnose-s4",
-		Config:              peering.Config{PruneGracePeriod: grace},
-		NodeSelector:        labels.Everything(),
-		SessionReportMaxAge: 6 * time.Second,
-		State:               controllerState("rebound-peering-diagnose-s4"),
+	set := startPeeringController(t, c, controller.PeeringOptions{
+		Name:         "peering-diagnose-s4",
+		Config:       peering.Config{PruneGracePeriod: grace, Evidence: peering.EvidenceOptions{ReportMaxAge: 6 * time.Second}},
+		NodeSelector: labels.Everything(),
+		State:        controllerState("rebound-peering-diagnose-s4"),
 	})
 	for _, n := range lab.Nodes {
 		waitInSet(ctx, t, c, n.Name, true, 30*time.Second)
@@ -406,7 +405,7 @@ func TestDiagnoseS4(t *testing.T) {
 	if err := lab.StartAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	agentOpts := agent.Options{Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second, ReadyAfter: time.Hour}
+	agentOpts := agent.Options{PeerSet: set, Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second, ReadyAfter: time.Hour}
 	startAgent(t, c, lab, a, agentOpts)
 	agentB := startAgent(t, c, lab, b, agentOpts)
 	agentC := startAgent(t, c, lab, cc, agentOpts)

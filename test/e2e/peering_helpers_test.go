@@ -14,59 +14,34 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"rebound/internal/agent"
 	"rebound/internal/birdlab"
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
+	"rebound/internal/scenario"
 	"rebound/pkg/peering"
 )
 
 // startPeeringController runs the peering reconciler in-process against
-// the sandbox, as `rebound controller` would, until the test ends.
-func startPeeringController(t *testing.T, c *sandbox.Cluster, opts controller.PeeringOptions) {
+// the sandbox (scenario.StartPeeringController) until the test ends, and
+// returns where it publishes the set: agents need it (Options.PeerSet).
+func startPeeringController(t *testing.T, c *sandbox.Cluster, opts controller.PeeringOptions) types.NamespacedName {
 	t.Helper()
 	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	ns := opts.State.Namespace
-	if ns == "" {
-		ns = controller.DefaultPeeringNamespace
-	}
-	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	skip := true
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
-		Scheme:                 controller.Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		// Several tests run their own manager in this process.
-		Controller: config.Controller{SkipNameValidation: &skip},
-		Logger:     logr.FromSlogHandler(slog.NewTextHandler(testLogWriter(t), nil)),
-	})
+	p, err := scenario.StartPeeringController(context.Background(), c.Config, opts, testLogWriter(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controller.SetupPeering(mgr, opts); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := p.Stop(); err != nil {
 			t.Errorf("peering controller: %v", err)
 		}
 	})
+	return p.PeerSet
 }
 
 // setCtrlLogger silences controller-runtime's warning about a missing
@@ -75,21 +50,8 @@ var setCtrlLogger sync.Once
 
 // runningAgent is an agent started by startAgent.
 type runningAgent struct {
-	*agent.Agent
-	URL    string // its probe server
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-}
-
-// Stop ends the agent, as its node dying would.
-func (r *runningAgent) Stop() error {
-	var err error
-	r.once.Do(func() {
-		r.cancel()
-		err = <-r.done
-	})
-	return err
+	*scenario.Agent
+	URL string // its probe server
 }
 
 // readyz returns the agent's /readyz status code and body, over HTTP.
@@ -103,52 +65,37 @@ func (r *runningAgent) readyz() (int, string) {
 	return resp.StatusCode, strings.TrimSpace(string(body))
 }
 
-// startAgent runs `rebound agent` in-process for one lab node, with its
-// own API client and a probe server on loopback.
+// startAgent runs `rebound agent` in-process for one lab node
+// (scenario.StartAgent), with a probe server on loopback, until the test
+// ends. opts.PeerSet must be what startPeeringController returned.
 func startAgent(t *testing.T, c *sandbox.Cluster, lab *birdlab.Lab, n *birdlab.Node, opts agent.Options) *runningAgent {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.NodeName, opts.Client = n.Name, cs
-	opts.MeshPath, opts.Socket = n.MeshPath, n.Socket
-	opts.Address, opts.ListenPort = n.Address, n.Port
-	mc := lab.MeshConfig(n, nil)
-	opts.Version, opts.AS = mc.Version, mc.AS
-	opts.GracefulRestartTime, opts.GracefulRestartWait = mc.GracefulRestartTime, mc.GracefulRestartWait
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(testLogWriter(t), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	a, err := agent.New(opts)
+	a, err := scenario.StartAgent(c.Config, lab, n, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(a.Handler())
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningAgent{Agent: a, URL: srv.URL, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(func() {
-		if err := r.Stop(); err != nil {
+		if err := a.Stop(); err != nil {
 			t.Errorf("agent %s: %v", n.Name, err)
 		}
 		srv.Close()
 	})
-	return r
+	return &runningAgent{Agent: a, URL: srv.URL}
 }
 
-// annotateBGP tells the sandbox's Node where its BIRD listens, the way
-// Calico records a node's address (and, for several BIRDs on one host, the
-// port). label, when set ("key=value"), is added too.
+// annotateBGP tells the sandbox's Node where its BIRD listens
+// (scenario.AnnotateBGP). label, when set ("key=value"), is added too.
 func annotateBGP(ctx context.Context, t *testing.T, c *sandbox.Cluster, n *birdlab.Node, label string) {
 	t.Helper()
-	labels := ""
+	var labels map[string]string
 	if k, v, ok := strings.Cut(label, "="); ok {
-		labels = fmt.Sprintf(`,"labels":{%q:%q}`, k, v)
+		labels = map[string]string{k: v}
 	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:"%d"}%s}}`,
-		peering.AnnotationCalicoIPv4, n.Address.String()+"/32", peering.AnnotationBGPPort, n.Port, labels)
-	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if err := scenario.AnnotateBGP(ctx, c.Client, n, labels); err != nil {
 		t.Fatal(err)
 	}
 }

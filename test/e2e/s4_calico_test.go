@@ -58,11 +58,10 @@ func TestS4CalicoBackend(t *testing.T) {
 	}
 
 	opts := controller.PeeringOptions{
-		Name:                "peering-calico",
-		Config:              peering.Config{PruneGracePeriod: 2 * time.Second},
-		SessionReportMaxAge: 6 * time.Second,
-		State:               controllerState("rebound-peering-calico"),
-		Calico:              &calico.PeerOptions{MaxRestartTime: 120 * time.Second},
+		Name:   "peering-calico",
+		Config: peering.Config{PruneGracePeriod: 2 * time.Second},
+		State:  controllerState("rebound-peering-calico"),
+		Calico: &calico.PeerOptions{MaxRestartTime: 120 * time.Second},
 	}
 	startPeeringController(t, c, opts)
 

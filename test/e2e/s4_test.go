@@ -289,12 +289,11 @@ func s4WithRebound(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, tag
 	for _, n := range lab.Nodes {
 		annotateBGP(ctx, t, c, n, s4HalfLabel+"=with")
 	}
-	startPeeringController(t, c, controller.PeeringOptions{
-		Name:                "peering-s4-" + tag,
-		Config:              peering.Config{PruneGracePeriod: s4PruneGrace},
-		NodeSelector:        labels.SelectorFromSet(labels.Set{s4HalfLabel: "with"}),
-		SessionReportMaxAge: s4ReportMaxAge,
-		State:               controllerState("rebound-peering-s4-" + tag),
+	set := startPeeringController(t, c, controller.PeeringOptions{
+		Name:         "peering-s4-" + tag,
+		NodeSelector: labels.SelectorFromSet(labels.Set{s4HalfLabel: "with"}),
+		Config:       peering.Config{PruneGracePeriod: s4PruneGrace, Evidence: peering.EvidenceOptions{ReportMaxAge: s4ReportMaxAge}},
+		State:        controllerState("rebound-peering-s4-" + tag),
 	})
 	for _, n := range lab.Nodes {
 		waitInSet(ctx, t, c, n.Name, true, 30*time.Second)
@@ -302,6 +301,7 @@ func s4WithRebound(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, tag
 	must(t, lab.StartAll(ctx))
 	agentOpts := func(n *birdlab.Node) agent.Options {
 		return agent.Options{
+			PeerSet:  set,
 			Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second,
 			// Readiness must come from the set, not from the up-time escape.
 			ReadyAfter: time.Hour,

@@ -82,7 +82,7 @@ func TestS6FlappingNode(t *testing.T) {
 	bins := birdtest.Require(t, bird.Bird16)
 	c := startSandbox(t, 3, s6Timings())
 	ctx := testContext(t, 8*time.Minute)
-	cfg := peering.Config{PruneGracePeriod: s6PruneBase}
+	cfg := peering.Config{PruneGracePeriod: s6PruneBase, Evidence: peering.EvidenceOptions{ReportMaxAge: 6 * time.Second}}
 
 	lab, err := birdlab.New(birdlab.Options{
 		Bins: bins, Nodes: 3, Net: 31, Dir: shortDir(t), Include: true,
@@ -99,9 +99,8 @@ func TestS6FlappingNode(t *testing.T) {
 	for _, n := range lab.Nodes {
 		annotateBGP(ctx, t, c, n, "")
 	}
-	startPeeringController(t, c, controller.PeeringOptions{
-		Name: "peering-s6", Config: cfg, SessionReportMaxAge: 6 * time.Second,
-		State: controllerState("rebound-peering-s6"),
+	set := startPeeringController(t, c, controller.PeeringOptions{
+		Name: "peering-s6", Config: cfg, State: controllerState("rebound-peering-s6"),
 	})
 	for _, n := range lab.Nodes {
 		waitInSet(ctx, t, c, n.Name, true, 30*time.Second)
@@ -111,7 +110,7 @@ func TestS6FlappingNode(t *testing.T) {
 	if err := lab.Start(ctx, stable, false); err != nil {
 		t.Fatal(err)
 	}
-	ag := startAgent(t, c, lab, stable, agent.Options{Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second})
+	ag := startAgent(t, c, lab, stable, agent.Options{PeerSet: set, Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second})
 	poll(ctx, t, 30*time.Second, "the stable node's agent applied the set", func() (bool, string) {
 		s := ag.Stats()
 		return s.Reloads >= 1, s.LastError

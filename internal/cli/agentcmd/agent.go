@@ -10,13 +10,17 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/internal/agent"
 	"rebound/internal/cli"
+	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
 
@@ -31,16 +35,18 @@ func NewCommand() *cobra.Command {
 		as         uint32
 		listenPort uint16
 		healthAddr string
+		peerSet    string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Keep this node's BIRD peered with the health-aware peer set, and report its BGP sessions",
 		Long: `rebound agent runs on every node, beside BIRD (a DaemonSet, see deploy/agent).
 
-It watches the nodes the controller labels peering.rebound.dev/in-set=true (the
-peer set: nodes NotReady past their grace period are left out), renders this
-node's full mesh among them into a BIRD include file, writes it atomically and
-runs BIRD's "configure". A returning node's BIRD, started in graceful-restart
+It watches the peer set the controller publishes (one ConfigMap, --peer-set:
+nodes NotReady past their grace period are left out), renders this node's full
+mesh among its members into a BIRD include file, writes it atomically and runs
+BIRD's "configure". It never applies an empty set, nor one smaller than the
+floor published with it: it keeps the last good file and says why. A returning node's BIRD, started in graceful-restart
 recovery (bird -R, as calico-node does), then waits only for live peers instead
 of the 240 s "graceful restart wait" a dead peer costs (Calico issue, seed 003).
 
@@ -62,9 +68,16 @@ removed or disabled during recovery. With BIRD 2, make sure the set is in
 place before BIRD starts: run "rebound agent --once" first (init container,
 ExecStartPre), or start the agent before BIRD with --bird-binary/--bird-config.
 
-The agent reports its sessions (birdc show protocols) in the annotation
-peering.rebound.dev/sessions of its Node, as timestamped JSON: the controller
-keeps a NotReady node in the set while a session with it is Established.
+The agent reports its sessions (birdc show protocols, with each session's
+last state change) in the PeeringReport named after its node; its credential
+may write no other (deploy/agent: RBAC and a ValidatingAdmissionPolicy on the
+node name bound into its token). The controller keeps a NotReady node in the
+set while a live peer's fresh report shows a session with it re-established
+after it went NotReady (or BFD up).
+
+--once is bounded by --once-timeout: when the API server does not answer in
+time, or the set is refused, the last good file stays and the agent exits 0
+(BIRD starts with the set it had), or fails when there is no file at all.
 
 Probes on --health-addr:
   /readyz  ready when every peer IN THE SET is Established, or the agent has
@@ -111,6 +124,16 @@ Probes on --health-addr:
 			if opts.Client, err = kubernetes.NewForConfig(cfg); err != nil {
 				return err
 			}
+			dyn, err := dynamic.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			opts.Reports = agent.APIReportWriter{Client: dyn}
+			ns, name, ok := strings.Cut(peerSet, "/")
+			if !ok || ns == "" || name == "" {
+				return fmt.Errorf("--peer-set %q: want NAMESPACE/NAME, e.g. %s/%s", peerSet, peering.DefaultPeerSetNamespace, peering.DefaultPeerSetName)
+			}
+			opts.PeerSet = types.NamespacedName{Namespace: ns, Name: name}
 			a, err := agent.New(opts)
 			if err != nil {
 				return err
@@ -127,6 +150,8 @@ Probes on --health-addr:
 	f.StringVar(&opts.Socket, "bird-socket", "", "BIRD's control socket (bird -s), e.g. /var/run/calico/bird.ctl")
 	f.StringVar(&opts.BirdBinary, "bird-binary", "", "BIRD daemon binary; with --bird-config, a file written while BIRD is down is checked with bird -p and left in place for BIRD's start")
 	f.StringVar(&opts.BirdConfig, "bird-config", "", "BIRD's main configuration (the one that includes --mesh-file), for the --bird-binary check")
+	f.StringVar(&peerSet, "peer-set", peering.DefaultPeerSetNamespace+"/"+peering.DefaultPeerSetName, "NAMESPACE/NAME of the ConfigMap the controller publishes the peer set in")
+	f.DurationVar(&opts.OnceTimeout, "once-timeout", agent.DefaultOnceTimeout, "with --once: give up after this long, keeping the last good file")
 	f.BoolVar(&opts.Once, "once", false, "apply the peer set once and exit: run before BIRD starts (init container, ExecStartPre) so BIRD starts with the current set")
 	f.StringVar(&opts.Birdc, "birdc", "", "run this birdc binary (birdc -s SOCKET configure) instead of speaking the socket protocol directly")
 	f.Uint32Var(&as, "as", 0, "local AS number of the mesh (Calico's default is 64512)")
@@ -143,7 +168,7 @@ Probes on --health-addr:
 	f.DurationVar(&opts.RetryInterval, "retry-interval", agent.DefaultRetryInterval, "first wait after a failed reload; doubles up to --max-retry-interval")
 	f.DurationVar(&opts.MaxRetryInterval, "max-retry-interval", agent.DefaultMaxRetryInterval, "longest wait between reload attempts")
 	f.DurationVar(&opts.StatusInterval, "status-interval", agent.DefaultStatusInterval, "how often to read BIRD's sessions (show protocols)")
-	f.DurationVar(&opts.ReportInterval, "report-interval", agent.DefaultReportInterval, "refresh the session report at least this often; keep it well below the controller's --session-report-max-age")
+	f.DurationVar(&opts.ReportInterval, "report-interval", agent.DefaultReportInterval, "refresh the session report at least this often; keep it well below the controller's --peering-report-max-age")
 	f.DurationVar(&opts.ReadyAfter, "ready-after", agent.DefaultReadyAfter, "report ready after this long up even if peers in the set are not Established")
 	f.StringVar(&healthAddr, "health-addr", ":9810", "address of /readyz and /healthz; empty disables them")
 	return cmd

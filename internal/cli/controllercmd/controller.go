@@ -112,6 +112,9 @@ upstream eviction.`,
 				}
 				peeringOpts.DryRun = recOpts.DryRun
 				peeringOpts.State.Namespace = namespace
+				peeringOpts.PeerSet.Namespace = namespace
+				// The stop switch stops peering changes too.
+				peeringOpts.StopSwitch = recOpts.StopSwitch
 				if err := controller.SetupPeering(mgr, peeringOpts); err != nil {
 					return err
 				}
@@ -137,13 +140,15 @@ upstream eviction.`,
 	f.Float64Var(&zc.EvictionLimiterQPS, "node-eviction-rate", zc.EvictionLimiterQPS, "kube-controller-manager's --node-eviction-rate")
 	f.Float64Var(&zc.SecondaryEvictionLimiterQPS, "secondary-node-eviction-rate", zc.SecondaryEvictionLimiterQPS, "kube-controller-manager's --secondary-node-eviction-rate")
 	f.BoolVar(&noRecovery, "no-recovery", false, "do not run the recovery controller (for a peering-only deployment)")
-	f.BoolVar(&peeringOn, "peering", false, "run the BGP peering controller: publish the health-aware peer set as the node label peering.rebound.dev/in-set (read by `rebound agent`)")
+	f.BoolVar(&peeringOn, "peering", false, "run the BGP peering controller: publish the health-aware peer set in ConfigMap <namespace>/rebound-peer-set (read by `rebound agent`) and as the node label peering.rebound.dev/in-set (for Calico)")
 	f.DurationVar(&peeringOpts.Config.PruneGracePeriod, "peering-prune-grace-period", 0, "how long a node must be NotReady, with no Established session, before it leaves the mesh (0: 40s)")
 	f.DurationVar(&peeringOpts.Config.FlapWindow, "peering-flap-window", 0, "how long a removal counts for flap damping (0: 10m)")
 	f.DurationVar(&peeringOpts.Config.MaxPruneGracePeriod, "peering-max-prune-grace-period", 0, "cap of the grace period stretched by flap damping (0: 5m)")
 	f.BoolVar(&peeringOpts.Config.Disabled, "peering-keep-all", false, "global opt-out: keep every node in the mesh (labels are still published)")
 	f.StringVar(&peeringNodes, "peering-node-selector", "", "label selector of the nodes that run BGP (default: all nodes)")
-	f.DurationVar(&peeringOpts.SessionReportMaxAge, "peering-session-report-max-age", 0, "ignore agents' BGP session reports older than this (0: 3m)")
+	f.DurationVar(&peeringOpts.Config.Evidence.ReportMaxAge, "peering-report-max-age", 0, "ignore agents' PeeringReports older than this (0: 3m)")
+	f.DurationVar(&peeringOpts.Config.Evidence.MaxClockSkew, "peering-max-clock-skew", 0, "ignore agents' PeeringReports (and session times) further in the future than this (0: 30s)")
+	f.Float64Var(&peeringOpts.Config.MaxLeaveShare, "peering-max-leave-share", 0, "freeze the peer set when more than this share of its members would leave at once without their peers confirming them down (0: 0.5; 1 disables)")
 	f.BoolVar(&calicoOn, "calico", false, "with --peering: also publish a Calico BGPPeer (crd.projectcalico.org) that meshes the nodes of the set; see docs/peering-calico.md for turning Calico's node-to-node mesh off")
 	f.DurationVar(&calicoRestart, "calico-max-restart-time", 0, "with --calico: the BGPPeer's maxRestartTime (BIRD's per-peer graceful restart time; 0 keeps Calico's 120s)")
 	return cmd

@@ -281,3 +281,67 @@ func seconds(v string) (time.Duration, error) {
 	}
 	return time.Duration(f * float64(time.Second)).Round(time.Millisecond), nil
 }
+
+// birdLayouts are the time layouts BIRD prints with its ISO time formats
+// (`timeformat ... iso short|long [ms]`, the defaults of BIRD 1.6 and 2).
+var (
+	birdDateTimeLayouts = []string{"2006-01-02 15:04:05.999999999", "2006-01-02 15:04:05", "2006-01-02 15:04"}
+	birdTimeLayouts     = []string{"15:04:05.999999999", "15:04:05", "15:04"}
+)
+
+// SinceTime turns the since column of `show protocols` into an absolute
+// time. BIRD prints local times, in a format that depends on its version,
+// its `timeformat` and the age of the event (the ISO short formats print
+// only the time within 20 hours, only the date beyond). Rather than guess
+// BIRD's time zone, SinceTime measures since against BIRD's own clock,
+// serverTime (`show status`: "Current server time is ..."), and places the
+// difference before readAt, when the agent read them:
+//
+//   - "15:40:39" or "15:40:39.123": the latest such time not after the
+//     server time (BIRD prints a bare time only for the last 20 hours);
+//   - "2026-11-29 15:40:39": exactly;
+//   - "2026-11-29": midnight of that day, a lower bound: a session this
+//     old can never count as newer than a recent event.
+//
+// An error means the value is in none of these forms; the caller treats
+// the time as unknown.
+func SinceTime(since, serverTime string, readAt time.Time) (time.Time, error) {
+	server, err := parseBirdTime(serverTime, birdDateTimeLayouts)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("BIRD server time %q: want \"YYYY-MM-DD hh:mm:ss\"", serverTime)
+	}
+	since = strings.TrimSpace(since)
+	var at time.Time
+	switch {
+	case dateToken.MatchString(since):
+		at, err = time.Parse("2006-01-02", since)
+	case strings.Contains(since, " "):
+		at, err = parseBirdTime(since, birdDateTimeLayouts)
+	default:
+		var clock time.Time
+		clock, err = parseBirdTime(since, birdTimeLayouts)
+		if err == nil {
+			y, m, d := server.Date()
+			at = time.Date(y, m, d, clock.Hour(), clock.Minute(), clock.Second(), clock.Nanosecond(), time.UTC)
+			if at.After(server) {
+				at = at.AddDate(0, 0, -1)
+			}
+		}
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("BIRD since %q: not a date, a time or both", since)
+	}
+	return readAt.Add(-server.Sub(at)), nil
+}
+
+func parseBirdTime(v string, layouts []string) (time.Time, error) {
+	v = strings.TrimSpace(v)
+	var err error
+	for _, l := range layouts {
+		var t time.Time
+		if t, err = time.Parse(l, v); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, err
+}

@@ -244,3 +244,33 @@ func TestParseErrors(t *testing.T) {
 		t.Errorf("status with a bad router id: no error")
 	}
 }
+
+func TestSinceTime(t *testing.T) {
+	readAt := time.Date(2026, 11, 29, 15, 40, 43, 123e6, time.UTC)
+	for _, tc := range []struct {
+		since, server string
+		want          time.Time
+	}{
+		// BIRD 2 (iso short ms) and BIRD 1.6 (iso short), same day.
+		{"15:40:42.214", "2026-11-29 15:40:43.123", readAt.Add(-909 * time.Millisecond)},
+		{"15:40:38", "2026-11-29 15:40:39", readAt.Add(-time.Second)},
+		// A bare time later than the server's clock is from yesterday.
+		{"23:59:00", "2026-11-29 00:01:00", readAt.Add(-2 * time.Minute)},
+		// Date and time (iso long).
+		{"2026-11-29 15:00:39", "2026-11-29 15:40:39", readAt.Add(-40 * time.Minute)},
+		// Date only: midnight, a lower bound.
+		{"2026-11-27", "2026-11-29 12:00:00", readAt.Add(-60 * time.Hour)},
+		// BIRD's zone does not matter: only the difference to its clock.
+		{"03:40:38", "2026-11-30 03:40:39", readAt.Add(-time.Second)},
+	} {
+		got, err := SinceTime(tc.since, tc.server, readAt)
+		if err != nil || !got.Equal(tc.want) {
+			t.Errorf("SinceTime(%q, %q) = %v, %v; want %v", tc.since, tc.server, got, err, tc.want)
+		}
+	}
+	for _, bad := range [][2]string{{"soon", "2026-11-29 15:40:39"}, {"15:40:38", "garbage"}, {"25:61:00", "2026-11-29 15:40:39"}} {
+		if _, err := SinceTime(bad[0], bad[1], readAt); err == nil {
+			t.Errorf("SinceTime(%q, %q): want an error", bad[0], bad[1])
+		}
+	}
+}

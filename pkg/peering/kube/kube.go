@@ -1,7 +1,8 @@
-// Package kube reads what the peering planner and the agent need from
-// Kubernetes Node objects: the BGP address and port, readiness, the
-// published membership and the agent's session report. The controller
-// and the agent share it so that they can never read a node differently.
+// Package kube converts between Kubernetes objects and the peering
+// planner's types: Nodes (BGP address and port, readiness, membership),
+// PeeringReports (the agents' session reports) and the ConfigMap that
+// carries the published set. The controller, the agent and diagnose share
+// it so that they can never read an object differently.
 package kube
 
 import (
@@ -55,35 +56,18 @@ func Ready(n *corev1.Node) (bool, time.Time) { return kubestatus.NodeReadySince(
 // InSet reports whether the node carries peering.rebound.dev/in-set=true.
 func InSet(n *corev1.Node) bool { return n.Labels[peering.LabelInSet] == "true" }
 
-// Report returns the node's session report, and ok=false when there is
-// none, it cannot be parsed, or it is not fresh at now (see
-// SessionReport.Fresh). A dead node's last report stops being fresh
-// maxAge after its agent died.
-func Report(n *corev1.Node, now time.Time, maxAge time.Duration) (peering.SessionReport, bool) {
-	v, found := n.Annotations[peering.AnnotationSessions]
-	if !found {
-		return peering.SessionReport{}, false
-	}
-	r, err := peering.ParseSessionReport(v)
-	if err != nil || !r.Fresh(now, maxAge) {
-		return peering.SessionReport{}, false
-	}
-	return r, true
-}
-
-// PlannerNode turns a Node into the planner's view at now; session
-// reports older than maxAge are dropped.
-func PlannerNode(n *corev1.Node, now time.Time, maxAge time.Duration) peering.Node {
+// PlannerNode turns a Node into the planner's view: the one place where a
+// node's BGP address and port are resolved (annotation
+// peering.rebound.dev/bgp-port, Calico's IPv4 annotation, InternalIP). The
+// controller publishes what it resolves, so agents never read Nodes for it.
+func PlannerNode(n *corev1.Node) peering.Node {
 	ready, since := Ready(n)
-	pn := peering.Node{
+	return peering.Node{
 		Name:           n.Name,
 		Address:        BGPAddress(n),
+		Port:           BGPPort(n),
 		Ready:          ready,
 		LastTransition: since,
 		KeepInMesh:     peering.KeepInMeshFromLabels(n.Labels),
 	}
-	if r, ok := Report(n, now, maxAge); ok {
-		pn.Sessions = r.Established()
-	}
-	return pn
 }

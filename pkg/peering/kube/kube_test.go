@@ -33,20 +33,18 @@ func TestBGPAddressAndPort(t *testing.T) {
 	}
 }
 
-func TestPlannerNodeDropsStaleReport(t *testing.T) {
+func TestPlannerNode(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{peering.LabelKeepInMesh: "true"}},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
-			{Type: corev1.NodeReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))},
-		}},
+		ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{peering.LabelKeepInMesh: "true"}, Annotations: map[string]string{peering.AnnotationBGPPort: "1790"}},
+		Status: corev1.NodeStatus{
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.7"}},
+			Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))},
+			}},
 	}
-	n.Annotations = map[string]string{peering.AnnotationSessions: peering.SessionReport{Time: now.Add(-30 * time.Second), Sessions: map[string]string{"b": "Established", "c": "Active"}}.Encode()}
-	pn := PlannerNode(n, now, time.Minute)
-	if pn.Ready || !pn.KeepInMesh || !pn.LastTransition.Equal(now.Add(-time.Minute)) || !pn.Sessions["b"] || pn.Sessions["c"] {
+	pn := PlannerNode(n)
+	if pn.Ready || !pn.KeepInMesh || !pn.LastTransition.Equal(now.Add(-time.Minute)) || pn.Port != 1790 || pn.Address != netip.MustParseAddr("10.0.0.7") {
 		t.Errorf("planner node = %+v", pn)
-	}
-	if pn := PlannerNode(n, now.Add(time.Minute), time.Minute); pn.Sessions != nil {
-		t.Errorf("stale report kept: %+v", pn.Sessions)
 	}
 }

@@ -1,0 +1,128 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/yaml"
+
+	"rebound/pkg/peering"
+	"rebound/pkg/peering/bird"
+)
+
+// TestAgentRBACMatchesCalls runs the agent (start, the watch on the set, a
+// sync and a report) against recording fakes and compares the API calls
+// it makes with deploy/agent/rbac.yaml: every call is granted, and every
+// grant is used (issue 9 item 8: RBAC is exactly what the code calls).
+// An apply patch creates a missing object, so it needs create as well.
+func TestAgentRBACMatchesCalls(t *testing.T) {
+	nodes := []*corev1.Node{node("node-a", "10.0.0.1", true), node("node-b", "10.0.0.2", true)}
+	cs := fake.NewClientset(nodes[0], nodes[1], publishedSet(1, nodes))
+	dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+	dyn.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, nil })
+
+	clk := clocktesting.NewFakeClock(agentT0)
+	path := filepath.Join(t.TempDir(), "mesh.conf")
+	fc := &fakeControl{path: path}
+	a, err := New(Options{
+		NodeName: "node-a", Client: cs, Reports: APIReportWriter{Client: dyn}, Version: bird.Bird16, MeshPath: path, Socket: "/run/bird.ctl", AS: 64512,
+		Debounce: time.Second, StatusInterval: 5 * time.Second, Clock: clk, Control: fc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	h := &harness{t: t, agent: a, clock: clk, bird: fc}
+	h.stepTimer(time.Second)
+	h.waitFor("a report", func() bool { return a.Stats().Reports == 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// The calls, as "group/resource:verb@namespace" (namespace "" for
+	// cluster-wide).
+	used := sets.New[string]()
+	for _, act := range append(cs.Actions(), dyn.Actions()...) {
+		res := act.GetResource()
+		verb := act.GetVerb()
+		key := func(v string) string { return res.Group + "/" + res.Resource + ":" + v + "@" + act.GetNamespace() }
+		used.Insert(key(verb))
+		if p, ok := act.(k8stesting.PatchAction); ok && p.GetPatchType() == "application/apply-patch+yaml" {
+			used.Insert(key("create"))
+		}
+	}
+
+	granted := agentGrants(t)
+	if !used.Equal(granted) {
+		t.Errorf("deploy/agent/rbac.yaml does not match the agent's calls:\n  granted, never called: %v\n  called, not granted: %v",
+			sets.List(granted.Difference(used)), sets.List(used.Difference(granted)))
+	}
+}
+
+// agentGrants reads deploy/agent/rbac.yaml: the ClusterRole's rules
+// cluster-wide, the Role's in its namespace, in the same form.
+func agentGrants(t *testing.T) sets.Set[string] {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "agent", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := sets.New[string]()
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var head struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatal(err)
+		}
+		if head.Kind != "ClusterRole" && head.Kind != "Role" {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		if err := yaml.UnmarshalStrict([]byte(doc), &role); err != nil && head.Kind == "ClusterRole" {
+			t.Fatal(err)
+		}
+		if head.Kind == "Role" {
+			var r rbacv1.Role
+			if err := yaml.UnmarshalStrict([]byte(doc), &r); err != nil {
+				t.Fatal(err)
+			}
+			role.Rules = r.Rules
+		}
+		for _, r := range role.Rules {
+			if head.Kind == "Role" && !slicesEqual(r.ResourceNames, []string{peering.DefaultPeerSetName}) {
+				t.Errorf("Role rule %v: want resourceNames [%s], the one published set", r, peering.DefaultPeerSetName)
+			}
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					for _, v := range r.Verbs {
+						out.Insert(g + "/" + res + ":" + v + "@" + head.Metadata.Namespace)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func slicesEqual(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }

@@ -1,0 +1,93 @@
+package kube
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rebound/api/v1alpha1"
+	"rebound/pkg/peering"
+)
+
+// ReportFromAPI reads a PeeringReport object strictly (peering.Report's
+// Validate): a report that fails is ignored by the controller, with the
+// error logged, rather than half-read.
+func ReportFromAPI(obj *v1alpha1.PeeringReport) (peering.Report, error) {
+	r := peering.Report{
+		Reporter:      obj.Name,
+		ObservedAt:    obj.Report.ObservedAt.Time,
+		SetGeneration: obj.Report.SetGeneration,
+		Error:         obj.Report.BirdError,
+		Recovering:    obj.Report.BirdRecovering,
+		Established:   int(obj.Report.Established),
+	}
+	for _, p := range obj.Report.Peers {
+		s := peering.Session{Peer: p.Node, State: p.State, BFD: p.BFD}
+		if p.Since != nil {
+			s.Since = p.Since.Time
+		}
+		r.Sessions = append(r.Sessions, s)
+	}
+	if err := r.Validate(); err != nil {
+		return peering.Report{}, fmt.Errorf("PeeringReport %s: %w", obj.Name, err)
+	}
+	return r, nil
+}
+
+// ReportToAPI is the object an agent writes for r. Times are kept to the
+// second, what the API stores (metav1.Time), so that reading the object
+// back gives the same report.
+func ReportToAPI(r peering.Report) *v1alpha1.PeeringReport {
+	obj := &v1alpha1.PeeringReport{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PeeringReport"},
+		ObjectMeta: metav1.ObjectMeta{Name: r.Reporter, Labels: map[string]string{"app.kubernetes.io/managed-by": "rebound-agent"}},
+		Report: v1alpha1.PeeringReportData{
+			ObservedAt:     metav1.NewTime(r.ObservedAt.Truncate(time.Second)),
+			SetGeneration:  r.SetGeneration,
+			BirdError:      r.Error,
+			BirdRecovering: r.Recovering,
+			Established:    int32(r.Established),
+		},
+	}
+	for _, s := range r.Sessions {
+		p := v1alpha1.PeerSession{Node: s.Peer, State: s.State, BFD: s.BFD}
+		if !s.Since.IsZero() {
+			t := metav1.NewTime(s.Since.Truncate(time.Second))
+			p.Since = &t
+		}
+		obj.Report.Peers = append(obj.Report.Peers, p)
+	}
+	return obj
+}
+
+// PeerSetFromConfigMap reads the published set from its ConfigMap.
+func PeerSetFromConfigMap(cm *corev1.ConfigMap) (peering.PeerSet, error) {
+	data, ok := cm.Data[peering.PeerSetKey]
+	if !ok {
+		return peering.PeerSet{}, fmt.Errorf("ConfigMap %s/%s has no key %s: is it the one `rebound controller --peering` publishes?", cm.Namespace, cm.Name, peering.PeerSetKey)
+	}
+	s, err := peering.ParsePeerSet(data)
+	if err != nil {
+		return peering.PeerSet{}, fmt.Errorf("ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	return s, nil
+}
+
+// BGPAlive is peering.AliveEvidence over API objects: for each NotReady
+// node, why the agents' reports say it is alive (rescue.Snapshot.BGPAlive,
+// diagnose). Reports that cannot be read are left out.
+func BGPAlive(nodes []*corev1.Node, reports []v1alpha1.PeeringReport, now time.Time, opts peering.EvidenceOptions) map[string]string {
+	pnodes := make([]peering.Node, 0, len(nodes))
+	for _, n := range nodes {
+		pnodes = append(pnodes, PlannerNode(n))
+	}
+	rs := make([]peering.Report, 0, len(reports))
+	for i := range reports {
+		if r, err := ReportFromAPI(&reports[i]); err == nil {
+			rs = append(rs, r)
+		}
+	}
+	return peering.AliveEvidence(pnodes, rs, now, opts).Alive
+}

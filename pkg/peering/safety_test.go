@@ -1,0 +1,228 @@
+package peering
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Safety tables of issue 9: the set never collapses, liars and stale
+// reports cannot keep dead nodes in, duplicate addresses never break the
+// render.
+
+func members(names ...string) map[string]NodeState {
+	st := map[string]NodeState{}
+	for i, n := range names {
+		st[n] = NodeState{InSet: true, Address: addr(i + 1)}
+	}
+	return st
+}
+
+func TestPlanFreezes(t *testing.T) {
+	ago := func(d time.Duration) time.Time { return t0.Add(-d) }
+	down := func(reporter string, peers ...string) Report {
+		r := Report{Reporter: reporter, ObservedAt: t0.Add(-time.Second)}
+		for _, p := range peers {
+			r.Sessions = append(r.Sessions, Session{Peer: p, State: "Active"})
+		}
+		return r
+	}
+	tests := []struct {
+		name       string
+		nodes      []Node
+		reports    []Report
+		share      float64
+		wantFrozen string // substring of the reason, "" for not frozen
+		wantPeers  int
+		wantFloor  int
+	}{
+		{
+			name:       "full disruption: every node NotReady for an hour, nobody leaves",
+			nodes:      []Node{notReady("a", 1, ago(time.Hour)), notReady("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour))},
+			wantFrozen: "full disruption",
+			wantPeers:  3,
+			wantFloor:  2,
+		},
+		{
+			name: "full disruption even with a Ready-looking report from a dead node",
+			nodes: []Node{notReady("a", 1, ago(time.Hour)), notReady("b", 2, ago(time.Hour)),
+				notReady("c", 3, ago(time.Hour))},
+			reports:    []Report{down("a", "b", "c")},
+			wantFrozen: "full disruption",
+			wantPeers:  3,
+			wantFloor:  2,
+		},
+		{
+			name:       "2 of 3 leave at once unconfirmed: more than half, frozen",
+			nodes:      []Node{ready("a", 1, ago(time.Hour)), notReady("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour))},
+			wantFrozen: "2 of the 3 members",
+			wantPeers:  3,
+			wantFloor:  2,
+		},
+		{
+			name:      "2 of 3 leave, confirmed down by the live peer's fresh report: they leave",
+			nodes:     []Node{ready("a", 1, ago(time.Hour)), notReady("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour))},
+			reports:   []Report{down("a", "b", "c")},
+			wantPeers: 1,
+			wantFloor: 1,
+		},
+		{
+			name:      "2 of 4 leave: exactly half, allowed",
+			nodes:     []Node{ready("a", 1, ago(time.Hour)), ready("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour)), notReady("d", 4, ago(time.Hour))},
+			wantPeers: 2,
+			wantFloor: 2,
+		},
+		{
+			name:       "a configured share of 0.25: 2 of 4 is too many",
+			nodes:      []Node{ready("a", 1, ago(time.Hour)), ready("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour)), notReady("d", 4, ago(time.Hour))},
+			share:      0.25,
+			wantFrozen: "0.25 share",
+			wantPeers:  4,
+			wantFloor:  3,
+		},
+		{
+			name:      "share 1 turns the rule off",
+			nodes:     []Node{ready("a", 1, ago(time.Hour)), notReady("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour))},
+			share:     1,
+			wantPeers: 1,
+			wantFloor: 0,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			names := []string{}
+			for _, n := range tc.nodes {
+				names = append(names, n.Name)
+			}
+			in := Input{Nodes: tc.nodes, Reports: tc.reports, State: State{Nodes: members(names...)}, Config: Config{MaxLeaveShare: tc.share}}
+			res := Plan(in, t0)
+			if got := res.FrozenReason; (tc.wantFrozen == "") != !res.Frozen || !strings.Contains(got, tc.wantFrozen) {
+				t.Errorf("frozen = %v %q, want reason with %q", res.Frozen, got, tc.wantFrozen)
+			}
+			if len(res.Peers) != tc.wantPeers || res.Floor != tc.wantFloor {
+				t.Errorf("peers %v floor %d, want %d peers floor %d", res.PeerNames(), res.Floor, tc.wantPeers, tc.wantFloor)
+			}
+			if res.Frozen {
+				if len(res.Changes) != 0 {
+					t.Errorf("a frozen set changed: %+v", res.Changes)
+				}
+				for _, d := range res.Decisions {
+					if !d.InSet {
+						t.Errorf("%s left a frozen set: %+v", d.Name, d)
+					}
+				}
+			}
+			if err := res.PeerSet(1, t0).Validate(); err != nil {
+				t.Errorf("the published document is invalid: %v", err)
+			}
+			checkIdempotent(t, in, t0, res)
+		})
+	}
+}
+
+// TestPlanFullDisruptionManyPasses: the review's reproduction (50 nodes,
+// all NotReady, long past the grace): not one removal over an hour of
+// passes, and the first Ready node unfreezes the set.
+func TestPlanFullDisruptionManyPasses(t *testing.T) {
+	var nodes []Node
+	var names []string
+	for i := range 50 {
+		n := notReady(fmt.Sprintf("n%02d", i), i+1, t0)
+		nodes = append(nodes, n)
+		names = append(names, n.Name)
+	}
+	st := State{Nodes: members(names...)}
+	for m := 0; m <= 60; m++ {
+		res := Plan(Input{Nodes: nodes, State: st}, t0.Add(time.Duration(m)*time.Minute))
+		if len(res.Peers) != 50 || len(res.Changes) != 0 || !res.Frozen {
+			t.Fatalf("minute %d: %d peers, changes %v, frozen %v", m, len(res.Peers), res.Changes, res.Frozen)
+		}
+		st = res.State
+	}
+}
+
+func TestPlanLiars(t *testing.T) {
+	dead := time.Hour
+	nodes := []Node{ready("a", 1, t0.Add(-2*dead)), ready("liar", 2, t0.Add(-2*dead)), notReady("dead", 3, t0.Add(-dead)), ready("d", 4, t0.Add(-2*dead))}
+	st := State{Nodes: members("a", "liar", "dead", "d")}
+	lie := func(at time.Time) Report {
+		return Report{Reporter: "liar", ObservedAt: at, Sessions: []Session{{Peer: "dead", State: "Established", Since: at.Add(-time.Second)}}}
+	}
+	// While the liar is Ready and refreshes, the dead node stays, and
+	// the decision names the liar.
+	res := Plan(Input{Nodes: nodes, Reports: []Report{lie(t0)}, State: st}, t0)
+	if d := decisionOf(res, "dead"); !d.InSet || d.Reason != InSessionUp || !strings.Contains(d.Message, "liar") {
+		t.Fatalf("dead with a fresh claim: %+v", d)
+	}
+	// Its report ages out: the node leaves.
+	later := t0.Add(DefaultReportMaxAge + time.Second)
+	res = Plan(Input{Nodes: nodes, Reports: []Report{lie(t0)}, State: st}, later)
+	if d := decisionOf(res, "dead"); d.InSet {
+		t.Errorf("dead kept by a stale claim: %+v", d)
+	}
+	// The liar goes NotReady (still writing): the node leaves.
+	liarDown := append([]Node{}, nodes...)
+	liarDown[1] = notReady("liar", 2, t0.Add(-time.Minute))
+	res = Plan(Input{Nodes: liarDown, Reports: []Report{lie(t0)}, State: st}, t0)
+	if d := decisionOf(res, "dead"); d.InSet {
+		t.Errorf("dead kept by a NotReady reporter: %+v", d)
+	}
+	// A claim from the future is ignored.
+	res = Plan(Input{Nodes: nodes, Reports: []Report{lie(t0.Add(time.Hour))}, State: st}, t0)
+	if d := decisionOf(res, "dead"); d.InSet {
+		t.Errorf("dead kept by a report from the future: %+v", d)
+	}
+	// A report that cannot be read at all (BIRD error) says nothing.
+	bad := lie(t0)
+	bad.Error = "BIRD control socket does not answer"
+	res = Plan(Input{Nodes: nodes, Reports: []Report{bad}, State: st}, t0)
+	if d := decisionOf(res, "dead"); d.InSet {
+		t.Errorf("dead kept by a report with a BIRD error: %+v", d)
+	}
+}
+
+func TestPlanDuplicateAddresses(t *testing.T) {
+	same := netip.MustParseAddr("10.0.0.9")
+	a, b, c := ready("a", 1, t0), ready("b", 2, t0), ready("c", 3, t0)
+	a.Address, b.Address = same, same
+	// Neither was published with it: both left out, the render stays valid.
+	res := Plan(Input{Nodes: []Node{a, b, c}}, t0)
+	if got := res.PeerNames(); len(got) != 1 || got[0] != "c" {
+		t.Fatalf("peers = %v, want only c", got)
+	}
+	if d := decisionOf(res, "a"); d.Reason != OutDuplicate || !strings.Contains(d.Message, "b") {
+		t.Errorf("a: %+v", d)
+	}
+	if err := res.PeerSet(1, t0).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// a was published with the address first: an impostor b cannot take
+	// it from a, and is left out alone.
+	st := State{Nodes: map[string]NodeState{"a": {InSet: true, Address: same}, "c": {InSet: true, Address: addr(3)}}}
+	res = Plan(Input{Nodes: []Node{a, b, c}, State: st}, t0)
+	if got := res.PeerNames(); len(got) != 2 || got[0] != "a" || got[1] != "c" {
+		t.Fatalf("peers = %v, want a and c", got)
+	}
+	if d := decisionOf(res, "b"); d.Reason != OutDuplicate || !strings.Contains(d.Message, "a was published with it first") {
+		t.Errorf("b: %+v", d)
+	}
+	// A frozen set never keeps a conflicting member (it would break the
+	// render): all NotReady, a and b conflict.
+	an, bn, cn := notReady("a", 1, t0.Add(-time.Hour)), notReady("b", 2, t0.Add(-time.Hour)), notReady("c", 3, t0.Add(-time.Hour))
+	an.Address, bn.Address = same, same
+	res = Plan(Input{Nodes: []Node{an, bn, cn}, State: State{Nodes: map[string]NodeState{"a": {InSet: true}, "b": {InSet: true}, "c": {InSet: true}}}}, t0)
+	if !res.Frozen || len(res.Peers) != 1 {
+		t.Errorf("frozen with conflicting members: frozen %v peers %v", res.Frozen, res.PeerNames())
+	}
+}
+
+func decisionOf(r Result, name string) Decision {
+	for _, d := range r.Decisions {
+		if d.Name == name {
+			return d
+		}
+	}
+	return Decision{}
+}

@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"rebound/internal/sandbox"
+	"rebound/internal/scenario"
+	"rebound/pkg/peering"
+)
+
+// TestS8AgentCredentialConfined: deploy/'s RBAC and ValidatingAdmissionPolicy
+// on the sandbox's real API server; a token for the agent's
+// ServiceAccount, bound to a pod on node-1 as the kubelet would project
+// it, writes node-1's PeeringReport and reads the published set, and is
+// refused (Forbidden) for node-2's report, any taint, any Node label, and
+// ConfigMaps other than the published set.
+func TestS8AgentCredentialConfined(t *testing.T) {
+	t.Parallel()
+	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
+	c := startSandbox(t, 3, sandbox.FastTimings())
+	ctx := testContext(t, 3*time.Minute)
+	res, err := scenario.S8AgentCredential(ctx, c, "node-1", "node-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API server binds the pod's node into the token (feature
+	// ServiceAccountTokenPodNodeInfo): the policy's input.
+	if res.TokenNode != "node-1" {
+		t.Fatalf("the token's %s extra is %q, want node-1: the admission policy cannot confine the agent", scenario.NodeNameExtra, res.TokenNode)
+	}
+	if res.OwnReport != nil {
+		t.Errorf("writing its own node's report: %v, want success", res.OwnReport)
+	}
+	if res.ReadSet != nil {
+		t.Errorf("reading the published set %s by name: %v, want success", peering.DefaultPeerSetName, res.ReadSet)
+	}
+	for what, err := range map[string]error{
+		"writing node-2's report":        res.OtherReport,
+		"tainting node-2 out-of-service": res.TaintOther,
+		"changing node-1's in-set label": res.LabelOwn,
+		"listing every ConfigMap":        res.ReadAllConfigMaps,
+	} {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: %v, want Forbidden", what, err)
+		}
+	}
+	t.Logf("node-2's report refused: %v", res.OtherReport)
+}
+
+// TestS8LyingAgent: agents claim Established sessions with dead nodes, as
+// fresh as the rules allow. Each dead node stays in the set only while
+// its liar is Ready and refreshing; it leaves once the lie goes stale, or
+// once the liar goes NotReady (while still writing).
+func TestS8LyingAgent(t *testing.T) {
+	t.Parallel()
+	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
+	c := startSandbox(t, 5, sandbox.FastTimings())
+	ctx := testContext(t, 6*time.Minute)
+	opts := scenario.S8LiarOptions{PruneGrace: 3 * time.Second, ReportMaxAge: 20 * time.Second, Logs: testLogWriter(t)}
+	res, err := scenario.S8LyingAgent(ctx, c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("CONFIG s8_prune_grace=%.1f s\nCONFIG s8_report_max_age=%.1f s\n", opts.PruneGrace.Seconds(), opts.ReportMaxAge.Seconds())
+	metric(t, "s8_liar_stale_to_pruned", res.StaleToPruned.Seconds(), "s")
+	metric(t, "s8_liar_notready_to_pruned", res.ReporterNotReadyToPruned.Seconds(), "s")
+	if !res.KeptWhileFresh || res.Reason != peering.InSessionUp {
+		t.Errorf("while the lie was fresh the dead nodes must stay in (reason %s): kept %v, reason %q", peering.InSessionUp, res.KeptWhileFresh, res.Reason)
+	}
+	// Stale: the report ages out (max age), then the next pass prunes.
+	if res.StaleToPruned < opts.ReportMaxAge-2*time.Second || res.StaleToPruned > opts.ReportMaxAge+20*time.Second {
+		t.Errorf("stale lie -> pruned in %v, want about the report max age %v", res.StaleToPruned, opts.ReportMaxAge)
+	}
+	// NotReady liar: no waiting for the report to age out.
+	if res.ReporterNotReadyToPruned > opts.ReportMaxAge/2 {
+		t.Errorf("liar NotReady -> pruned in %v, want well under the report max age %v (its report must stop counting at once)", res.ReporterNotReadyToPruned, opts.ReportMaxAge)
+	}
+}
