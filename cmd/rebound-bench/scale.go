@@ -28,6 +28,7 @@ func runScale(ctx context.Context, args []string) error {
 		podsPerNode = fs.Int("pods-per-node", 20, "pods per node besides the rescued ones (a DaemonSet pod and Deployments of 64 replicas)")
 		critical    = fs.Int("critical", 200, "critical single-replica Deployments placed on the nodes that die")
 		victims     = fs.Int("victims", 0, "nodes that die (0: 100, or 60% of a smaller cluster)")
+		policies    = fs.Int("policies", 20, "RecoveryPolicies (and namespaces) the critical pods are spread over; one policy takes at most 10 actions a minute (its status keeps 10 records), so 1 measures that cap")
 		steady      = fs.Duration("steady", time.Minute, "how long the idle controller is watched")
 		fast        = fs.Bool("fast", false, "use the tests' short timings (lease 8s, grace 12s) instead of upstream's (40s, 50s); heavier on the apiserver")
 		bin         = fs.String("rebound", "", "the rebound binary to run as the controller (default: built from this checkout)")
@@ -89,7 +90,7 @@ Flags:
 
 	var results []scale.Result
 	for _, n := range sizes {
-		o := scale.Options{Nodes: n, Victims: *victims, CriticalPods: *critical, PodsPerNode: *podsPerNode, Steady: *steady, ReboundBin: *bin, Progress: os.Stderr}
+		o := scale.Options{Nodes: n, Victims: *victims, CriticalPods: *critical, Policies: *policies, PodsPerNode: *podsPerNode, Steady: *steady, ReboundBin: *bin, Progress: os.Stderr}
 		fmt.Fprintf(os.Stderr, "scale: %d nodes\n", n)
 		res, err := measureSize(ctx, bins, filepath.Join(tmp, strconv.Itoa(n)), o, timings)
 		if err != nil {
@@ -129,6 +130,7 @@ func printScaleMetrics(w io.Writer, o scale.Options, r scale.Result) {
 	p := fmt.Sprintf("scale%d_", r.Nodes)
 	fmt.Fprintf(w, "CONFIG %spods_per_node=%d count\n", p, o.PodsPerNode)
 	fmt.Fprintf(w, "CONFIG %scritical_pods=%d count\n", p, o.CriticalPods)
+	fmt.Fprintf(w, "CONFIG %spolicies=%d count\n", p, o.Policies)
 	fmt.Fprintf(w, "METRIC %spods=%d count\n", p, r.Pods)
 	fmt.Fprintf(w, "METRIC %spopulate_seconds=%.0f s\n", p, r.Population.Took.Seconds())
 	fmt.Fprintf(w, "METRIC %scontroller_rss_steady=%.1f MiB\n", p, r.SteadyRSSMiB)
@@ -137,6 +139,7 @@ func printScaleMetrics(w io.Writer, o scale.Options, r scale.Result) {
 	fmt.Fprintf(w, "METRIC %sidle_requests_per_min=%.1f count\n", p, r.Idle.PerMinute(total(r.Idle.ByVerb)))
 	fmt.Fprintf(w, "METRIC %sidle_writes_per_min=%.1f count\n", p, r.Idle.PerMinute(r.Idle.Writes))
 	fmt.Fprintf(w, "METRIC %sidle_lease_renewals_per_min=%.1f count\n", p, r.Idle.PerMinute(r.Idle.LeaseWrites))
+	fmt.Fprintf(w, "METRIC %sidle_passes_per_min=%.1f count\n", p, r.Idle.PerMinute(r.IdlePasses))
 	fmt.Fprintf(w, "METRIC %sstranded_pods=%d count\n", p, r.Stranded)
 	fmt.Fprintf(w, "METRIC %sdeleted_pods=%d count\n", p, r.Deleted)
 	fmt.Fprintf(w, "METRIC %srepeated_deletes=%d count\n", p, r.Repeated)

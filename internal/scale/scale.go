@@ -32,9 +32,9 @@ import (
 // Deployments prefer them, so their pods are stranded when they die.
 const VictimLabel = "scale.rebound.dev/victim"
 
-// rescueNamespaces hold the rescued Deployments, one RecoveryPolicy each:
-// a policy allows at most 100 rescues in flight, and the run strands 200.
-var rescueNamespaces = []string{"rescue-a", "rescue-b"}
+// rescueNamespace is the i-th namespace of rescued Deployments; each has
+// its own RecoveryPolicy (see Options.Policies).
+func rescueNamespace(i int) string { return fmt.Sprintf("rescue-%d", i) }
 
 // Options of one measured run.
 type Options struct {
@@ -50,6 +50,13 @@ type Options struct {
 	PodsPerNode int
 	// Steady is how long the idle controller is watched (default 1m).
 	Steady time.Duration
+	// Policies spread the critical pods over that many namespaces, each
+	// with its RecoveryPolicy (default 20, 10 pods each at 200). One
+	// policy takes at most 10 actions a minute whatever its
+	// maxActionsPerMinute: its rate limit is counted from
+	// status.lastActions, which keeps 10 records (pkg/rescue/limits.go).
+	// With 1 or 2 the run measures that cap instead of the controller.
+	Policies int
 	// MaxUnavailable is the policies' maxUnavailableTime (default 10s).
 	MaxUnavailable time.Duration
 	// ReboundBin is the `rebound` binary to run as the controller.
@@ -66,6 +73,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.PodsPerNode == 0 {
 		o.PodsPerNode = 20
+	}
+	if o.Policies == 0 {
+		o.Policies = 20
 	}
 	if o.Steady == 0 {
 		o.Steady = time.Minute
@@ -115,6 +125,9 @@ type Result struct {
 	PeakRSSMiB   float64  `json:"peakRssMiB"`
 	CPUPerMin    float64  `json:"cpuSecondsPerMin"`
 	Idle         Requests `json:"idle"`
+	// IdlePasses counts planning passes while idle: each costs a read of
+	// the stop switch.
+	IdlePasses int `json:"idlePasses"`
 
 	Stranded int `json:"stranded"`
 	Deleted  int `json:"deleted"`
@@ -168,7 +181,7 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 		return res, err
 	}
 	say("  creating %d critical Deployments on %d victim nodes", o.CriticalPods, len(victims))
-	if err := createRescued(ctx, c, o.CriticalPods); err != nil {
+	if err := createRescued(ctx, c, o.CriticalPods, o.Policies); err != nil {
 		return res, err
 	}
 	if res.Pods, err = c.RunningPods(ctx); err != nil {
@@ -189,19 +202,22 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 	}
 	say("  controller ready; watching it idle for %s", o.Steady)
 	comps := componentPIDs(c)
+	idle0, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
 	before, _ := SampleProc(ctl.PID)
 	compBefore := sampleAll(comps)
 	if err := sleep(ctx, o.Steady); err != nil {
 		return res, err
 	}
 	after, _ := SampleProc(ctl.PID)
+	idle1, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
+	res.IdlePasses = int(idle1 - idle0)
 	res.Components = usage(compBefore, sampleAll(comps))
 	res.SteadyRSSMiB, res.CPUPerMin = after.RSSMiB, CPUPerMinute(before, after)
 	if res.Idle, err = CountRequests(c, sandbox.ReboundUser, before.At, after.At); err != nil {
 		return res, err
 	}
 
-	stranded, err := strandedPods(ctx, c, victims)
+	stranded, err := strandedPods(ctx, c, victims, o.Policies)
 	if err != nil {
 		return res, err
 	}
@@ -275,7 +291,8 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 }
 
 func installPolicies(ctx context.Context, c *sandbox.Cluster, cl client.Client, o Options) error {
-	for _, ns := range rescueNamespaces {
+	for i := range o.Policies {
+		ns := rescueNamespace(i)
 		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
@@ -309,9 +326,9 @@ func labelVictims(ctx context.Context, c *sandbox.Cluster, victims []string) err
 // createRescued creates n single-replica Deployments that prefer the
 // victim nodes, alternating between the rescue namespaces, and waits until
 // each is available.
-func createRescued(ctx context.Context, c *sandbox.Cluster, n int) error {
+func createRescued(ctx context.Context, c *sandbox.Cluster, n, namespaces int) error {
 	err := sandbox.Parallel(ctx, n, 16, func(ctx context.Context, i int) error {
-		ns, name := rescueNamespaces[i%len(rescueNamespaces)], fmt.Sprintf("rescued-%d", i)
+		ns, name := rescueNamespace(i%namespaces), fmt.Sprintf("rescued-%d", i)
 		labels := map[string]string{"app": name}
 		d := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -348,8 +365,8 @@ func createRescued(ctx context.Context, c *sandbox.Cluster, n int) error {
 	}
 	return wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, false, func(ctx context.Context) (bool, error) {
 		avail := 0
-		for _, ns := range rescueNamespaces {
-			list, err := c.Client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		for i := range namespaces {
+			list, err := c.Client.AppsV1().Deployments(rescueNamespace(i)).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, nil //nolint:nilerr // poll through hiccups
 			}
@@ -363,14 +380,14 @@ func createRescued(ctx context.Context, c *sandbox.Cluster, n int) error {
 
 // strandedPods are the rescued pods on the victims, keyed namespace/name,
 // with their node.
-func strandedPods(ctx context.Context, c *sandbox.Cluster, victims []string) (map[string]string, error) {
+func strandedPods(ctx context.Context, c *sandbox.Cluster, victims []string, namespaces int) (map[string]string, error) {
 	victim := map[string]bool{}
 	for _, v := range victims {
 		victim[v] = true
 	}
 	out := map[string]string{}
-	for _, ns := range rescueNamespaces {
-		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	for i := range namespaces {
+		list, err := c.Client.CoreV1().Pods(rescueNamespace(i)).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}

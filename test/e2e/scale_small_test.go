@@ -18,7 +18,7 @@ import (
 // The figures are printed; only these two properties are asserted.
 func TestScaleSmall(t *testing.T) {
 	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
-	o := scale.Options{Nodes: 30, CriticalPods: 36, PodsPerNode: 5, Steady: 30 * time.Second, ReboundBin: reboundBinary}
+	o := scale.Options{Nodes: 30, CriticalPods: 36, Policies: 4, PodsPerNode: 5, Steady: 30 * time.Second, ReboundBin: reboundBinary}
 	opts, err := scale.SandboxOptions(o, sandbox.FastTimings())
 	if err != nil {
 		t.Fatal(err)
