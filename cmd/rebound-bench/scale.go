@@ -30,6 +30,7 @@ func runScale(ctx context.Context, args []string) error {
 		victims     = fs.Int("victims", 0, "nodes that die (0: 100, or 60% of a smaller cluster)")
 		policies    = fs.Int("policies", 20, "RecoveryPolicies (and namespaces) the critical pods are spread over; one policy takes at most 10 actions a minute (its status keeps 10 records), so 1 measures that cap")
 		steady      = fs.Duration("steady", time.Minute, "how long the idle controller is watched")
+		peeringOn   = fs.Bool("peering", true, "also measure the peering controller and one agent's API traffic with every node reporting")
 		fast        = fs.Bool("fast", false, "use the tests' short timings (lease 8s, grace 12s) instead of upstream's (40s, 50s); heavier on the apiserver")
 		bin         = fs.String("rebound", "", "the rebound binary to run as the controller (default: built from this checkout)")
 		output      = fs.String("o", "text", "output: text (table and METRIC lines) or json")
@@ -90,7 +91,7 @@ Flags:
 
 	var results []scale.Result
 	for _, n := range sizes {
-		o := scale.Options{Nodes: n, Victims: *victims, CriticalPods: *critical, Policies: *policies, PodsPerNode: *podsPerNode, Steady: *steady, ReboundBin: *bin, Progress: os.Stderr}
+		o := scale.Options{Nodes: n, Victims: *victims, CriticalPods: *critical, Policies: *policies, Peering: *peeringOn, PodsPerNode: *podsPerNode, Steady: *steady, ReboundBin: *bin, Progress: os.Stderr}
 		fmt.Fprintf(os.Stderr, "scale: %d nodes\n", n)
 		res, err := measureSize(ctx, bins, filepath.Join(tmp, strconv.Itoa(n)), o, timings)
 		if err != nil {
@@ -146,6 +147,12 @@ func printScaleMetrics(w io.Writer, o scale.Options, r scale.Result) {
 	fmt.Fprintf(w, "METRIC %sdeadline_to_delete_p50=%.3f s\n", p, r.P50)
 	fmt.Fprintf(w, "METRIC %sdeadline_to_delete_p99=%.3f s\n", p, r.P99)
 	fmt.Fprintf(w, "METRIC %spass_ms=%.1f ms\n", p, r.PassMs)
+	if pr := r.Peering; pr != nil {
+		fmt.Fprintf(w, "METRIC %sagent_bytes_per_min=%.0f bytes\n", p, pr.AgentBytesPerMin)
+		fmt.Fprintf(w, "METRIC %speering_reports_per_min=%.0f count\n", p, pr.ReportsPerMin)
+		fmt.Fprintf(w, "METRIC %speering_controller_rss=%.1f MiB\n", p, pr.ControllerRSSMiB)
+		fmt.Fprintf(w, "METRIC %speering_controller_rss_peak=%.1f MiB\n", p, pr.ControllerPeakMiB)
+	}
 	fmt.Fprintf(os.Stderr, "  latest delete after its deadline: %s\n", r.Latest)
 	for _, name := range sortedKeys(r.Components) {
 		u := r.Components[name]
@@ -156,10 +163,14 @@ func printScaleMetrics(w io.Writer, o scale.Options, r scale.Result) {
 
 func printScaleTable(w io.Writer, rs []scale.Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tpods\tRSS steady MiB\tRSS peak MiB\tCPU s/min\tidle req/min\tidle writes/min\tdeleted/stranded\tdeadline→delete p50 s\tp99 s\tpass ms\t")
+	fmt.Fprintln(tw, "nodes\tpods\tRSS steady MiB\tRSS peak MiB\tCPU s/min\tidle req/min\tidle writes/min\tdeleted/stranded\tdeadline→delete p50 s\tp99 s\tpass ms\tagent bytes/min\tpeering RSS MiB\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.2f\t%.1f\t%.1f\t%d/%d\t%.3f\t%.3f\t%.1f\t\n", r.Nodes, r.Pods, r.SteadyRSSMiB, r.PeakRSSMiB, r.CPUPerMin,
-			r.Idle.PerMinute(total(r.Idle.ByVerb)), r.Idle.PerMinute(r.Idle.Writes), r.Deleted, r.Stranded, r.P50, r.P99, r.PassMs)
+		agentBytes, peeringRSS := "-", "-"
+		if pr := r.Peering; pr != nil {
+			agentBytes, peeringRSS = fmt.Sprintf("%.0f", pr.AgentBytesPerMin), fmt.Sprintf("%.1f", pr.ControllerRSSMiB)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.2f\t%.1f\t%.1f\t%d/%d\t%.3f\t%.3f\t%.1f\t%s\t%s\t\n", r.Nodes, r.Pods, r.SteadyRSSMiB, r.PeakRSSMiB, r.CPUPerMin,
+			r.Idle.PerMinute(total(r.Idle.ByVerb)), r.Idle.PerMinute(r.Idle.Writes), r.Deleted, r.Stranded, r.P50, r.P99, r.PassMs, agentBytes, peeringRSS)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

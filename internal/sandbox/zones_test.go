@@ -57,12 +57,12 @@ func TestValidateZonesNamesTheProblem(t *testing.T) {
 }
 
 func TestNodeAddressesAreDistinct(t *testing.T) {
-	if nodeAddress(0) != "127.0.1.1" {
-		t.Errorf("node-0 is %s, want 127.0.1.1 as before", nodeAddress(0))
+	if NodeAddress(0) != "127.0.1.1" {
+		t.Errorf("node-0 is %s, want 127.0.1.1 as before", NodeAddress(0))
 	}
 	seen := map[string]bool{}
 	for i := range MaxNodes {
-		a := nodeAddress(i)
+		a := NodeAddress(i)
 		if seen[a] {
 			t.Fatalf("node-%d has %s, already taken", i, a)
 		}

@@ -63,6 +63,11 @@ type Controller struct {
 // rebound kubeconfig and extra args. Its log goes to c.Dir/logs/name.log.
 // It dies with the calling process (PR_SET_PDEATHSIG).
 func StartController(c *sandbox.Cluster, bin, name string, args ...string) (*Controller, error) {
+	return StartControllerAs(c, c.ReboundKubeconfig, bin, name, args...)
+}
+
+// StartControllerAs is StartController with another kubeconfig.
+func StartControllerAs(c *sandbox.Cluster, kubeconfig, bin, name string, args ...string) (*Controller, error) {
 	mport, err := freePort()
 	if err != nil {
 		return nil, err
@@ -78,7 +83,7 @@ func StartController(c *sandbox.Cluster, bin, name string, args ...string) (*Con
 	}
 	defer f.Close()
 	full := append([]string{"controller",
-		"--kubeconfig", c.ReboundKubeconfig,
+		"--kubeconfig", kubeconfig,
 		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(mport),
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(hport),
 	}, args...)

@@ -59,6 +59,11 @@ type Options struct {
 	Policies int
 	// MaxUnavailable is the policies' maxUnavailableTime (default 10s).
 	MaxUnavailable time.Duration
+	// Peering also measures the peering controller and one agent's
+	// traffic with every node reporting (MeasurePeering), for
+	// PeeringWindow (default 1m), before the rescue.
+	Peering       bool
+	PeeringWindow time.Duration
 	// ReboundBin is the `rebound` binary to run as the controller.
 	ReboundBin string
 	Progress   io.Writer
@@ -73,6 +78,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.PodsPerNode == 0 {
 		o.PodsPerNode = 20
+	}
+	if o.PeeringWindow == 0 {
+		o.PeeringWindow = time.Minute
 	}
 	if o.Policies == 0 {
 		o.Policies = 20
@@ -146,6 +154,8 @@ type Result struct {
 	// rescue, from rebound_plan_duration_seconds; Passes how many ran.
 	PassMs float64 `json:"passMs"`
 	Passes int     `json:"passes"`
+
+	Peering *PeeringResult `json:"peering,omitempty"`
 }
 
 // ComponentUsage is a sandbox process's memory and CPU while the
@@ -215,6 +225,14 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 	res.SteadyRSSMiB, res.CPUPerMin = after.RSSMiB, CPUPerMinute(before, after)
 	if res.Idle, err = CountRequests(c, sandbox.ReboundUser, before.At, after.At); err != nil {
 		return res, err
+	}
+
+	if o.Peering {
+		pr, err := MeasurePeering(ctx, c, o.ReboundBin, o.PeeringWindow, o.Progress)
+		if err != nil {
+			return res, fmt.Errorf("peering: %w", err)
+		}
+		res.Peering = &pr
 	}
 
 	stranded, err := strandedPods(ctx, c, victims, o.Policies)

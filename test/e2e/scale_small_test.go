@@ -18,7 +18,7 @@ import (
 // The figures are printed; only these two properties are asserted.
 func TestScaleSmall(t *testing.T) {
 	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
-	o := scale.Options{Nodes: 30, CriticalPods: 36, Policies: 4, PodsPerNode: 5, Steady: 30 * time.Second, ReboundBin: reboundBinary}
+	o := scale.Options{Nodes: 30, CriticalPods: 36, Policies: 4, Peering: true, PeeringWindow: 30 * time.Second, PodsPerNode: 5, Steady: 30 * time.Second, ReboundBin: reboundBinary}
 	opts, err := scale.SandboxOptions(o, sandbox.FastTimings())
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +50,12 @@ func TestScaleSmall(t *testing.T) {
 	metric(t, "scale30_deadline_to_delete_p50", res.P50, "s")
 	metric(t, "scale30_deadline_to_delete_p99", res.P99, "s")
 	metric(t, "scale30_pass_ms", res.PassMs, "ms")
+	if pr := res.Peering; pr == nil || pr.AgentBytesPerMin <= 0 {
+		t.Errorf("the agent received nothing: %+v", pr)
+	} else {
+		metric(t, "scale30_agent_bytes_per_min", pr.AgentBytesPerMin, "bytes")
+		metric(t, "scale30_peering_controller_rss", pr.ControllerRSSMiB, "MiB")
+	}
 	t.Logf("latest delete after its deadline: %s", res.Latest)
 	t.Logf("idle requests by verb in %s: %v (leader-election lease writes %d)", res.Idle.Window.Round(time.Second), res.Idle.ByVerb, res.Idle.LeaseWrites)
 
