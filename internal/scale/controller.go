@@ -140,6 +140,9 @@ func (p *Controller) Signal(sig syscall.Signal) {
 	}
 }
 
+// Wait waits until the process has ended.
+func (p *Controller) Wait() { <-p.exited }
+
 // Exited reports whether the process has ended.
 func (p *Controller) Exited() bool {
 	select {

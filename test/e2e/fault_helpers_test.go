@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"rebound/internal/sandbox"
+	"rebound/internal/scale"
 	"rebound/internal/scenario"
 )
 
@@ -21,6 +25,71 @@ import (
 // rescue.
 func faultTimings() sandbox.Timings {
 	return sandbox.Timings{NodeMonitorGracePeriod: 40 * time.Second, NodeMonitorPeriod: time.Second, NodeLeaseDuration: 12 * time.Second, DefaultTolerationSeconds: 300}
+}
+
+// superviseController runs `rebound controller` and starts it again
+// whenever it exits, after a second, as the kubelet restarts a Deployment's
+// container. A replica that cannot renew its leader-election lease (the
+// apiserver or etcd is away for longer than the renew deadline) exits on
+// purpose, so that two replicas never act at once; the restart is what
+// brings it back. It returns a function that counts the restarts so far.
+func superviseController(t *testing.T, c *sandbox.Cluster) func() int {
+	t.Helper()
+	var (
+		mu       sync.Mutex
+		restarts int
+		current  *scale.Controller
+		stopping bool
+	)
+	start := func() error {
+		p, err := scale.StartController(c, reboundBinary, fmt.Sprintf("rebound-controller-supervised-%d", restarts), "--leader-elect")
+		if err == nil {
+			current = p
+		}
+		return err
+	}
+	if err := start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			mu.Lock()
+			p := current
+			mu.Unlock()
+			p.Wait()
+			time.Sleep(time.Second)
+			mu.Lock()
+			if stopping {
+				mu.Unlock()
+				return
+			}
+			restarts++
+			err := start()
+			mu.Unlock()
+			if err != nil {
+				t.Errorf("restart rebound controller: %v", err)
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		stopping = true
+		p := current
+		mu.Unlock()
+		p.Signal(syscall.SIGTERM)
+		<-done
+		if t.Failed() {
+			t.Logf("rebound controller log %s:\n%s", p.Log, tail(p.Log, 40))
+		}
+	})
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return restarts
+	}
 }
 
 // faultRescue is the rescue every fault test interrupts: n critical
