@@ -1,12 +1,32 @@
 # The README's commands. `make test` is what CI runs.
 GO ?= go
 
-.PHONY: all build deps test unit e2e vet sandbox demo bench clean
+.PHONY: all build deps test unit e2e vet sandbox demo bench clean image release sizes
 
 all: build
 
+# Every binary, image and archive is stamped from git (version, commit,
+# commit date, dirty) by cmd/rebound-release: the one source of the
+# version. SOURCE_DATE_EPOCH overrides the commit date. docs/release.md.
+RELEASE = $(GO) run ./cmd/rebound-release
+SOURCE ?= https://github.com/rebound/rebound
+
+# bin/rebound (operator CLI), bin/rebound-manager (in-cluster), bin/kubectl-rebound
 build:
-	$(GO) build -o bin/rebound ./cmd/rebound
+	$(RELEASE) build --out bin
+
+# dist/rebound-manager_VERSION.oci.tar: the image index for linux/amd64 and
+# linux/arm64, an OCI image layout in a tar; prints its digest and sizes.
+image:
+	$(RELEASE) --source $(SOURCE) image
+
+# dist/: tarballs, image, SBOMs, krew manifest, SHA256SUMS.
+release:
+	$(RELEASE) --source $(SOURCE) release
+
+# Package count and size of each binary, for the release notes.
+sizes:
+	$(RELEASE) sizes
 
 vet:
 	@test -z "$$(gofmt -l cmd internal pkg test api 2>/dev/null)" || { gofmt -l cmd internal pkg test api; echo "gofmt wants to reformat the files above"; exit 1; }
@@ -17,6 +37,7 @@ vet:
 deps:
 	@command -v bird >/dev/null 2>&1 && test -x /opt/rebound/bird2/usr/sbin/bird || bash hack/install-bird.sh
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@test -f /etc/ssl/certs/ca-certificates.crt || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ca-certificates; }
 
 sandbox:
 	$(GO) run ./cmd/rebound sandbox build
@@ -40,4 +61,4 @@ demo:
 	$(GO) run ./cmd/rebound demo
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

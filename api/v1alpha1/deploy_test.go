@@ -375,31 +375,11 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		t.Error("ClusterRole rebound-diagnose has no rules")
 	}
 
-	// rebound-controller: exactly what the controller uses.
-	var want []string
-	read := []string{"get", "list", "watch"}
-	want = append(want, expand([]string{""}, []string{"nodes", "pods", "namespaces", "persistentvolumeclaims"}, read)...)
-	want = append(want, expand([]string{"apps"}, []string{"deployments", "replicasets", "statefulsets"}, read)...)
-	want = append(want, expand([]string{"rebound.dev"}, []string{"recoverypolicies"}, read)...)
-	want = append(want, expand([]string{""}, []string{"pods"}, []string{"delete"})...)
-	want = append(want, expand([]string{"apps"}, []string{"deployments"}, []string{"patch"})...)
-	want = append(want, expand([]string{"rebound.dev"}, []string{"recoverypolicies/status"}, []string{"patch", "update"})...)
-	want = append(want, expand([]string{"", "events.k8s.io"}, []string{"events"}, []string{"create", "patch"})...)
-	sort.Strings(want)
-	if got := permissions(clusterRoles["rebound-controller"].Rules); !reflect.DeepEqual(got, want) {
-		extra, missing := sets.List(sets.New(got...).Difference(sets.New(want...))), sets.List(sets.New(want...).Difference(sets.New(got...)))
-		t.Errorf("ClusterRole rebound-controller:\n  grants more than the controller uses: %v\n  misses: %v", extra, missing)
-	}
-
-	// Leader election: Leases in rebound-system only.
-	le, ok := roles[systemNamespace+"/rebound-leader-election"]
-	if !ok {
+	// rebound-controller and rebound-leader-election grant exactly the
+	// calls the controller's code makes: internal/controller/rbac_test.go
+	// records those calls and compares them with deploy/rbac.
+	if _, ok := roles[systemNamespace+"/rebound-leader-election"]; !ok {
 		t.Fatal("Role rebound-system/rebound-leader-election not found")
-	}
-	leWant := append(expand([]string{"coordination.k8s.io"}, []string{"leases"}, []string{"get", "create", "update"}), expand([]string{""}, []string{"configmaps"}, []string{"get"})...)
-	sort.Strings(leWant)
-	if got, want := permissions(le.Rules), leWant; !reflect.DeepEqual(got, want) {
-		t.Errorf("Role rebound-leader-election = %v, want %v", got, want)
 	}
 	for _, p := range permissions(clusterRoles["rebound-controller"].Rules) {
 		if strings.HasPrefix(p, "coordination.k8s.io/") {

@@ -113,7 +113,7 @@ func trimDeployment(obj any) (any, error) {
 	}
 	return &appsv1.Deployment{
 		TypeMeta:   d.TypeMeta,
-		ObjectMeta: leanMeta(d.ObjectMeta, rescue.ScaleBounceAnnotation),
+		ObjectMeta: leanMeta(d.ObjectMeta, rescue.ScaleBounceAnnotation, rescue.ScaleBouncedForAnnotation),
 		Spec: appsv1.DeploymentSpec{
 			Replicas: d.Spec.Replicas,
 			Template: corev1.PodTemplateSpec{
@@ -207,8 +207,10 @@ func podPredicate(notReady nodeNotReadyFunc) predicate.Predicate {
 }
 
 // nodePredicate lets through node updates that can change a plan: the
-// Ready condition (status or transition time), labels (zone, role) and
-// taints. Heartbeat-only status updates pass no further.
+// Ready condition (status or transition time), labels (zone, role),
+// taints, cordoning and allocatable (a NoTarget pod is re-checked at once
+// when a node is uncordoned or grows). Heartbeat-only status updates pass
+// no further.
 func nodePredicate() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, ok1 := e.ObjectOld.(*corev1.Node)
@@ -219,7 +221,9 @@ func nodePredicate() predicate.Predicate {
 		oc, nc := readyOf(o), readyOf(n)
 		return oc.Status != nc.Status || !oc.LastTransitionTime.Equal(&nc.LastTransitionTime) ||
 			!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
-			!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints)
+			!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
+			o.Spec.Unschedulable != n.Spec.Unschedulable ||
+			!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable)
 	}}
 }
 

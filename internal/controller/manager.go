@@ -86,8 +86,12 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 }
 
 // trimPod keeps what pkg/rescue reads of a pod: identity, owners, labels,
-// the mirror annotation, node, tolerations, PVC volumes, priority class and
-// conditions. Containers, env and status details are dropped.
+// the mirror annotation, node, tolerations, PVC and generic ephemeral
+// volumes (both can make a pod stateful: dropping the ephemeral ones made
+// the controller call Stateless what diagnose, reading the full pod, calls
+// WaitingForFencing), priority class, conditions, and what the target check
+// needs: nodeSelector, required node affinity and the containers' resource
+// requests. Images, env, probes and status details are dropped.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -103,19 +107,49 @@ func trimPod(obj any) (any, error) {
 	}
 	var volumes []corev1.Volume
 	for _, v := range pod.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil {
+		switch {
+		case v.PersistentVolumeClaim != nil:
 			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim}})
+		case v.Ephemeral != nil:
+			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{Ephemeral: v.Ephemeral}})
 		}
+	}
+	var affinity *corev1.Affinity
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution,
+		}}
 	}
 	pod.Spec = corev1.PodSpec{
 		NodeName:                      pod.Spec.NodeName,
+		NodeSelector:                  pod.Spec.NodeSelector,
+		Affinity:                      affinity,
 		Tolerations:                   pod.Spec.Tolerations,
 		Volumes:                       volumes,
 		PriorityClassName:             pod.Spec.PriorityClassName,
 		TerminationGracePeriodSeconds: pod.Spec.TerminationGracePeriodSeconds,
+		Containers:                    requestsOnly(pod.Spec.Containers),
+		InitContainers:                requestsOnly(pod.Spec.InitContainers),
+		Overhead:                      pod.Spec.Overhead,
+		Resources:                     pod.Spec.Resources,
 	}
 	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions}
 	return pod, nil
+}
+
+// requestsOnly keeps of each container what the scheduler sums for its
+// requests (component-helpers' PodRequests): name, requests and, for init
+// containers, the restart policy that makes a sidecar.
+func requestsOnly(cs []corev1.Container) []corev1.Container {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy,
+			Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests}}
+	}
+	return out
 }
 
 // trimNode drops the parts of a node no planner reads; the image list

@@ -25,9 +25,13 @@ var (
 		Name: "rebound_waiting_for_fencing_pods",
 		Help: "Stranded pods with identity or exclusive storage that wait for their node to be fenced, by policy.",
 	}, []string{"policy"})
+	heldPodsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_held_pods",
+		Help: "Stranded pods rebound does not act on although a rule would allow it, by policy and decision: NoTarget (no Ready node admits the replacement) or Held (every node NotReady, or a fenced node that appears alive).",
+	}, []string{"policy", "decision"})
 	rescuesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rebound_rescues_total",
-		Help: "Actions rebound took, by action and result (succeeded, already_done, failed, dry_run).",
+		Help: "Actions rebound took, by action and result (Succeeded, AlreadyDone, Refused, Failed, DryRun).",
 	}, []string{"action", "result"})
 	planSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "rebound_plan_duration_seconds",
@@ -37,7 +41,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(zoneStateGauge, zoneEvictionRate, strandedPodsGauge, waitingForFencingGauge, rescuesTotal, planSeconds)
+	metrics.Registry.MustRegister(zoneStateGauge, zoneEvictionRate, strandedPodsGauge, waitingForFencingGauge, heldPodsGauge, rescuesTotal, planSeconds)
 }
 
 var allZoneStates = []zone.State{zone.Initial, zone.Normal, zone.PartialDisruption, zone.FullDisruption}
@@ -59,8 +63,11 @@ func observePlan(p rescue.Plan) {
 	}
 	strandedPodsGauge.Reset()
 	waitingForFencingGauge.Reset()
+	heldPodsGauge.Reset()
 	for _, pr := range p.Policies {
 		strandedPodsGauge.WithLabelValues(pr.Name).Set(float64(pr.Stranded))
 		waitingForFencingGauge.WithLabelValues(pr.Name).Set(float64(pr.WaitingForFencing))
+		heldPodsGauge.WithLabelValues(pr.Name, string(rescue.DecisionNoTarget)).Set(float64(pr.NoTarget))
+		heldPodsGauge.WithLabelValues(pr.Name, string(rescue.DecisionHeld)).Set(float64(pr.Held))
 	}
 }

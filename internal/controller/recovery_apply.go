@@ -2,135 +2,108 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
+	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/rescue"
+	"rebound/pkg/rescue/execute"
 )
 
-// Results of an action, as metrics and status record them.
-const (
-	resultSucceeded = "succeeded"
-	// resultAlreadyDone: the object was gone or had changed (UID or
-	// resourceVersion precondition failed): someone, maybe an earlier run
-	// of rebound, got there first. Not an error, and not repeated.
-	resultAlreadyDone = "already_done"
-	resultFailed      = "failed"
-)
-
-// apply carries out one action. Every write has a precondition (the pod's
-// UID, the Deployment's resourceVersion), so applying a stale plan can
-// never hit a newer object.
-func (r *RecoveryReconciler) apply(ctx context.Context, a rescue.Action) (string, error) {
-	var err error
-	switch a.Kind {
-	case rescue.ActionDelete, rescue.ActionForceDelete:
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: a.Name}}
-		opts := []client.DeleteOption{client.Preconditions{UID: &a.UID}}
-		if a.Kind == rescue.ActionForceDelete {
-			opts = append(opts, client.GracePeriodSeconds(0))
-		}
-		err = r.client.Delete(ctx, pod, opts...)
-	case rescue.ActionScaleDown:
-		err = r.patchDeployment(ctx, a, map[string]any{
-			"metadata": map[string]any{
-				"resourceVersion": a.ResourceVersion,
-				"annotations":     map[string]any{rescue.ScaleBounceAnnotation: strconv.Itoa(int(a.Replicas))},
-			},
-			"spec": map[string]any{"replicas": 0},
-		})
-	case rescue.ActionScaleRestore:
-		err = r.patchDeployment(ctx, a, map[string]any{
-			"metadata": map[string]any{
-				"resourceVersion": a.ResourceVersion,
-				"annotations":     map[string]any{rescue.ScaleBounceAnnotation: nil},
-			},
-			"spec": map[string]any{"replicas": a.Replicas},
-		})
-	default:
-		return resultFailed, fmt.Errorf("unknown action kind %q", a.Kind)
+// act applies one action through the shared executor (pkg/rescue/execute,
+// the same one `rebound restore bringup` uses), records its Event, and on
+// success adds it to the ledger and to the policy's records.
+func (r *RecoveryReconciler) act(ctx context.Context, log logr.Logger, a rescue.Action, owners map[string]rescue.Workload, records map[string][]v1alpha1.ActionRecord) error {
+	o := r.exec.Apply(ctx, a)
+	rescuesTotal.WithLabelValues(string(a.Kind), o.Result).Inc()
+	w := owners[a.Namespace+"/"+a.Pod]
+	if err := r.exec.RecordOutcome(ctx, a, w, o); err != nil {
+		log.Error(err, "Event not recorded", "action", a.Kind, "object", a.Namespace+"/"+a.Name)
 	}
-	switch {
-	case err == nil:
-		return resultSucceeded, nil
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return resultAlreadyDone, nil
-	default:
-		return resultFailed, err
+	if o.Err != nil {
+		log.Error(o.Err, "action failed", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "reason", a.Reason)
+		return fmt.Errorf("%s: %w", a.Key(), o.Err)
 	}
+	log.Info("rescue action", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "pod", a.Pod, "node", a.Node,
+		"result", o.Result, "detail", o.Detail, "reason", a.Reason)
+	if o.Applied() && a.Policy != "" {
+		rec := a.Record(r.clock.Now(), rescue.ResultSucceeded)
+		records[a.Policy] = append(records[a.Policy], rec)
+		r.remember(a.Policy, rec)
+	}
+	return nil
 }
 
-// patchDeployment sends a JSON merge patch that carries the plan's
-// resourceVersion: the apiserver rejects it with a conflict if the
-// Deployment changed since the plan read it. Annotation and replicas change
-// in the same write, which is what makes a scale bounce crash-safe.
-func (r *RecoveryReconciler) patchDeployment(ctx context.Context, a rescue.Action, patch map[string]any) error {
-	data, err := json.Marshal(patch)
-	if err != nil {
-		return err
-	}
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: a.Name, UID: a.UID}}
-	return r.client.Patch(ctx, d, client.RawPatch(types.MergePatchType, data))
+// remember adds a real action to the in-memory ledger of the last minute
+// (rescue.Snapshot.RecentActions): the status write may take a while to
+// come back through the cache, and until it does the next plan must still
+// count the action against maxActionsPerMinute.
+func (r *RecoveryReconciler) remember(policy string, rec v1alpha1.ActionRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ledger = append(r.ledger, rescue.LedgerEntry{Policy: policy, Record: rec})
 }
 
-// event records a Kubernetes Event on the object whose fate the action
-// decides (the Deployment or StatefulSet), falling back to the pod.
-func (r *RecoveryReconciler) event(ctx context.Context, a rescue.Action, owners map[string]rescue.Workload, eventType, reason, note string) {
-	if len(note) > 1000 {
-		note = note[:997] + "..."
-	}
-	var regarding, related runtime.Object
-	pod := &corev1.Pod{}
-	if a.Pod != "" && r.client.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: a.Pod}, pod) == nil {
-		related = pod
-	}
-	switch {
-	case a.Kind == rescue.ActionScaleDown || a.Kind == rescue.ActionScaleRestore:
-		d := &appsv1.Deployment{}
-		if r.client.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: a.Name}, d) == nil {
-			regarding = d
-		}
-	default:
-		w := owners[a.Namespace+"/"+a.Name]
-		var obj client.Object
-		switch w.Kind {
-		case "Deployment":
-			obj = &appsv1.Deployment{}
-		case "StatefulSet":
-			obj = &appsv1.StatefulSet{}
-		case "ReplicaSet":
-			obj = &appsv1.ReplicaSet{}
-		}
-		if obj != nil && r.client.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: w.Name}, obj) == nil {
-			regarding = obj
+// recentActions prunes the ledger to the last minute and returns a copy.
+func (r *RecoveryReconciler) recentActions(now time.Time) []rescue.LedgerEntry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := r.ledger[:0]
+	for _, e := range r.ledger {
+		if now.Sub(e.Record.Time.Time) < time.Minute {
+			kept = append(kept, e)
 		}
 	}
-	if regarding == nil {
-		if related == nil {
-			return // the object is gone; the log line remains
+	r.ledger = kept
+	return append([]rescue.LedgerEntry(nil), kept...)
+}
+
+// reportBlocked records one Warning Event for each pod that enters
+// NoTarget or Held (and again if its decision changes and comes back), so
+// that `kubectl get events` says why nothing happens without an Event
+// every pass.
+func (r *RecoveryReconciler) reportBlocked(ctx context.Context, log logr.Logger, plan rescue.Plan) {
+	now := map[string]rescue.Decision{}
+	for i := range plan.Critical {
+		cp := &plan.Critical[i]
+		if cp.Decision != rescue.DecisionNoTarget && cp.Decision != rescue.DecisionHeld {
+			continue
 		}
-		regarding, related = related, nil
+		key := string(cp.UID)
+		now[key] = cp.Decision
+		r.mu.Lock()
+		seen := r.blocked[key] == cp.Decision
+		r.mu.Unlock()
+		if seen {
+			continue
+		}
+		reason := execute.ReasonNoTarget
+		if cp.Decision == rescue.DecisionHeld {
+			reason = execute.ReasonHeld
+		}
+		log.Info("rescue held", "decision", cp.Decision, "pod", cp.Key(), "node", cp.Node, "reason", cp.Reason)
+		a := rescue.Action{Namespace: cp.Namespace, Name: cp.Name, UID: cp.UID, Pod: cp.Name, Node: cp.Node}
+		if err := r.exec.Event(ctx, a, cp.Workload, corev1.EventTypeWarning, reason, fmt.Sprintf("%s: %s", cp.Key(), cp.Reason)); err != nil {
+			log.Error(err, "Event not recorded", "pod", cp.Key())
+		}
 	}
-	r.recorder.Eventf(regarding, related, eventType, reason, string(a.Kind), "%s", note)
+	r.mu.Lock()
+	r.blocked = now
+	r.mu.Unlock()
 }
 
 // updateStatuses writes each policy's counts, conditions and the actions
-// just taken (newest first, at most 10). A policy whose status would not
-// change is not written.
-func (r *RecoveryReconciler) updateStatuses(ctx context.Context, policies []*v1alpha1.RecoveryPolicy, plan rescue.Plan, records map[string][]v1alpha1.ActionRecord) error {
+// just taken (rescue.PrependRecords: newest first, at most 10). A policy
+// whose status would not change is not written.
+func (r *RecoveryReconciler) updateStatuses(ctx context.Context, log logr.Logger, policies []*v1alpha1.RecoveryPolicy, plan rescue.Plan, records map[string][]v1alpha1.ActionRecord) error {
 	reports := map[string]rescue.PolicyReport{}
 	for _, pr := range plan.Policies {
 		reports[pr.Name] = pr
@@ -147,36 +120,19 @@ func (r *RecoveryReconciler) updateStatuses(ctx context.Context, policies []*v1a
 		next.WaitingForFencing = int32(rep.WaitingForFencing)
 		if recs := records[p.Name]; len(recs) > 0 {
 			next.RescuesTotal += int64(len(recs))
-			// newest first
-			merged := make([]v1alpha1.ActionRecord, 0, len(recs)+len(next.LastActions))
-			for i := len(recs) - 1; i >= 0; i-- {
-				merged = append(merged, recs[i])
-			}
-			merged = append(merged, next.LastActions...)
-			if len(merged) > 10 {
-				merged = merged[:10]
-			}
-			next.LastActions = merged
+			next.LastActions = rescue.PrependRecords(next.LastActions, recs...)
 		}
-		ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Valid", Message: "policy is valid and applied", ObservedGeneration: p.Generation}
-		if !rep.Valid {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Invalid", truncate(rep.Error, 1000)
-		}
-		degraded := metav1.Condition{Type: "Degraded", Status: metav1.ConditionFalse, Reason: "NothingBlocked", Message: "no stranded pod is blocked", ObservedGeneration: p.Generation}
-		if rep.WaitingForFencing > 0 || rep.RateLimited > 0 {
-			degraded.Status, degraded.Reason = metav1.ConditionTrue, "Blocked"
-			degraded.Message = fmt.Sprintf("%d stranded pods wait for fencing, %d are rate-limited", rep.WaitingForFencing, rep.RateLimited)
-		}
-		meta.SetStatusCondition(&next.Conditions, ready)
-		meta.SetStatusCondition(&next.Conditions, degraded)
+		meta.SetStatusCondition(&next.Conditions, readyCondition(p, rep))
+		meta.SetStatusCondition(&next.Conditions, degradedCondition(p, rep))
 		if equality.Semantic.DeepEqual(&p.Status, next) {
 			continue
 		}
 		orig := p.DeepCopy()
 		p.Status = *next
+		// API call: patch recoverypolicies/status (see rbac.go).
 		if err := r.client.Status().Patch(ctx, p, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("update status of RecoveryPolicy %s: %w", p.Name, err))
-			ctrl.LoggerFrom(ctx).Error(err, "status update failed", "policy", p.Name)
+			log.Error(err, "status update failed", "policy", p.Name)
 		}
 	}
 	if len(errs) > 0 {
@@ -185,9 +141,39 @@ func (r *RecoveryReconciler) updateStatuses(ctx context.Context, policies []*v1a
 	return nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// conditionMessageMax is the API's maxLength for a condition's message.
+const conditionMessageMax = 32768
+
+func readyCondition(p *v1alpha1.RecoveryPolicy, rep rescue.PolicyReport) metav1.Condition {
+	c := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Valid", Message: "policy is valid and applied", ObservedGeneration: p.Generation}
+	if !rep.Valid {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Invalid", rescue.Truncate(rep.Error, 1000)
 	}
-	return s[:n-3] + "..."
+	return c
+}
+
+// degradedCondition says whether stranded pods are blocked, and why: Held
+// (full disruption, or a fenced node that appears alive), NoTarget (no
+// Ready node admits the replacement), or Blocked (fencing, rate limits).
+func degradedCondition(p *v1alpha1.RecoveryPolicy, rep rescue.PolicyReport) metav1.Condition {
+	c := metav1.Condition{Type: "Degraded", Status: metav1.ConditionFalse, Reason: "NothingBlocked", Message: "no stranded pod is blocked", ObservedGeneration: p.Generation}
+	counts := fmt.Sprintf("%d stranded pods are held, %d have no target node, %d wait for fencing, %d are rate-limited",
+		rep.Held, rep.NoTarget, rep.WaitingForFencing, rep.RateLimited)
+	switch {
+	case rep.Held > 0:
+		c.Reason = string(rescue.DecisionHeld)
+	case rep.NoTarget > 0:
+		c.Reason = string(rescue.DecisionNoTarget)
+	case rep.WaitingForFencing > 0 || rep.RateLimited > 0:
+		c.Reason = "Blocked"
+	default:
+		return c
+	}
+	c.Status = metav1.ConditionTrue
+	c.Message = counts
+	if rep.Blocked != "" {
+		c.Message += "; first: " + rep.Blocked
+	}
+	c.Message = rescue.Truncate(c.Message, conditionMessageMax)
+	return c
 }

@@ -10,8 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	kerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -22,6 +21,7 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/rescue"
+	"rebound/pkg/rescue/execute"
 	"rebound/pkg/zone"
 )
 
@@ -40,7 +40,32 @@ type RecoveryOptions struct {
 	StopSwitch types.NamespacedName
 	// Clock is injected for tests; nil means the real clock.
 	Clock clock.PassiveClock
+	// APIClient reads and writes through the API server, uncached: the
+	// executor's re-reads (node before a force delete, Deployment before
+	// a scale) and its writes. nil means one built from the manager's
+	// config; tests pass a fake.
+	APIClient kubernetes.Interface
+	// BGPAlive returns the second liveness signal for the planner
+	// (rescue.Snapshot.BGPAlive): for NotReady nodes, evidence that they
+	// are alive but cut off from the API, from the agents' session
+	// reports. nil means no evidence (safe: every NotReady node is
+	// treated as possibly dead, which only matters for stateless pods'
+	// reasons and fenced stateful pods, see pkg/rescue).
+	BGPAlive func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]string
 }
+
+// retryAfterError bounds how long a pass that hit an error waits before the
+// next one. Errors requeue at the plan's next check (at most this long),
+// never through controller-runtime's exponential backoff, which grows to
+// 1000 s and would push a rescue far past its policy's deadline.
+const retryAfterError = 10 * time.Second
+
+// DefaultStopSwitch is the stop switch ConfigMap's default name (in the
+// controller's namespace); deploy/rbac grants get on this name only.
+const DefaultStopSwitch = "rebound-stop"
+
+// eventComponent names rebound controller in its Events.
+const eventComponent = "rebound.dev/controller"
 
 // recoveryKey is the one key the recovery controller reconciles: every
 // decision depends on the whole cluster (zone states, limits), so any
@@ -50,15 +75,18 @@ var recoveryKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "
 // RecoveryReconciler finds critical pods stranded on NotReady nodes and
 // rescues them: snapshot, rescue.PlanFor, apply, requeue at NextCheck.
 type RecoveryReconciler struct {
-	client   client.Client
-	reader   client.Reader // uncached, for the stop switch
-	recorder events.EventRecorder
-	opts     RecoveryOptions
-	clock    clock.PassiveClock
+	client client.Client // the caches, and status patches
+	reader client.Reader // uncached, for the stop switch
+	exec   *execute.Executor
+	opts   RecoveryOptions
+	clock  clock.PassiveClock
 
-	mu        sync.Mutex
-	prevZones zone.Cluster
-	announced map[string]bool // dry-run and stopped actions already logged
+	mu             sync.Mutex
+	prevZones      zone.Cluster
+	prevDisruption rescue.Disruption
+	announced      map[string]bool            // dry-run and stopped actions already logged
+	blocked        map[string]rescue.Decision // pod UID -> NoTarget/Held already reported
+	ledger         []rescue.LedgerEntry       // real actions of the last minute
 }
 
 // SetupRecovery registers the recovery controller with the manager.
@@ -66,17 +94,14 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 	if err := opts.ZoneConfig.Validate(); err != nil {
 		return err
 	}
-	r := &RecoveryReconciler{
-		client:    mgr.GetClient(),
-		reader:    mgr.GetAPIReader(),
-		recorder:  mgr.GetEventRecorder("rebound-controller"),
-		opts:      opts,
-		clock:     opts.Clock,
-		announced: map[string]bool{},
+	if opts.APIClient == nil {
+		cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("API client for the recovery controller: %w", err)
+		}
+		opts.APIClient = cs
 	}
-	if r.clock == nil {
-		r.clock = clock.RealClock{}
-	}
+	r := newRecoveryReconciler(mgr.GetClient(), mgr.GetAPIReader(), opts)
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{recoveryKey}
 	})
@@ -85,18 +110,50 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 	}
 	// Predicates (cache.go) keep heartbeats and healthy pods' churn from
 	// starting passes.
-	changed := builder.WithPredicates(trimmedChange())
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("recovery").
-		Watches(&v1alpha1.RecoveryPolicy{}, all, changed).
-		Watches(&corev1.Node{}, all, builder.WithPredicates(nodePredicate())).
-		Watches(&corev1.Pod{}, all, builder.WithPredicates(podPredicate(cachedNodeNotReady(mgr.GetCache())))).
-		Watches(&corev1.Namespace{}, all, changed).
-		Watches(&corev1.PersistentVolumeClaim{}, all, changed).
-		Watches(&appsv1.ReplicaSet{}, all, changed).
-		Watches(&appsv1.Deployment{}, all, changed).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(r)
+	b := ctrl.NewControllerManagedBy(mgr).Named("recovery")
+	for _, obj := range watchedObjects() {
+		pred := builder.WithPredicates(trimmedChange())
+		switch obj.(type) {
+		case *corev1.Node:
+			pred = builder.WithPredicates(nodePredicate())
+		case *corev1.Pod:
+			pred = builder.WithPredicates(podPredicate(cachedNodeNotReady(mgr.GetCache())))
+		}
+		b = b.Watches(obj, all, pred)
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: 1}).Complete(r)
+}
+
+// watchedObjects are the kinds the recovery controller watches and lists
+// from its cache: everything rescue.Snapshot holds. Node changes re-plan at
+// once, which is how a NoTarget pod is re-checked when a node is uncordoned
+// or becomes Ready. (rbac.go derives the list/watch grants from it.)
+func watchedObjects() []client.Object {
+	return []client.Object{
+		&v1alpha1.RecoveryPolicy{},
+		&corev1.Node{},
+		&corev1.Pod{},
+		&corev1.Namespace{},
+		&corev1.PersistentVolumeClaim{},
+		&appsv1.ReplicaSet{},
+		&appsv1.Deployment{},
+	}
+}
+
+func newRecoveryReconciler(c client.Client, reader client.Reader, opts RecoveryOptions) *RecoveryReconciler {
+	r := &RecoveryReconciler{
+		client:    c,
+		reader:    reader,
+		opts:      opts,
+		clock:     opts.Clock,
+		announced: map[string]bool{},
+		blocked:   map[string]rescue.Decision{},
+	}
+	if r.clock == nil {
+		r.clock = clock.RealClock{}
+	}
+	r.exec = &execute.Executor{Client: opts.APIClient, Component: eventComponent, Now: r.clock.Now}
+	return r
 }
 
 // Reconcile plans from the caches and applies the plan. It is
@@ -108,63 +165,80 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 	start := r.clock.Now()
 	snap, err := r.snapshot(ctx, start)
 	if err != nil {
-		return ctrl.Result{}, err
+		log.Error(err, "snapshot failed; retrying", "after", retryAfterError)
+		return ctrl.Result{RequeueAfter: retryAfterError}, nil
 	}
 	plan := rescue.PlanFor(snap)
 	planSeconds.Observe(r.clock.Since(start).Seconds())
 	r.mu.Lock()
 	r.prevZones = plan.Zones
+	r.prevDisruption = plan.Disruption
 	r.mu.Unlock()
 	observePlan(plan)
 	for _, w := range plan.Warnings {
 		log.Info("warning", "detail", w)
 	}
+	r.reportBlocked(ctx, log, plan)
 
-	stopped, err := r.stopSwitchPulled(ctx)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	owners := ownersByPod(plan)
-	records := map[string][]v1alpha1.ActionRecord{}
 	var errs []error
-	acted := false
-	done := r.applyAll(ctx, plan.Actions, stopped) // recovery_parallel.go
-	for i, a := range plan.Actions {
-		if why := r.holdReason(a, stopped); why != "" {
+	stopped, stopErr := r.stopSwitchPulled(ctx)
+	if stopErr != nil {
+		// Unknown means stopped: acting while the switch may be pulled is
+		// the one thing the switch must prevent.
+		log.Error(stopErr, "stop switch unreadable: taking no action")
+		errs = append(errs, stopErr)
+		stopped = true
+	}
+	owners := plan.Workloads()
+	records := map[string][]v1alpha1.ActionRecord{}
+	var toAct []rescue.Action
+	for _, a := range plan.Actions {
+		why := ""
+		switch {
+		case stopErr != nil:
+			why = "the stop switch cannot be read"
+		case stopped:
+			why = fmt.Sprintf("stop switch ConfigMap %s exists", r.opts.StopSwitch)
+		case r.opts.DryRun:
+			why = "controller runs with --dry-run"
+		case a.DryRun:
+			why = "policy " + a.Policy + " has dryRun: true"
+		}
+		if why != "" {
 			r.announce(ctx, log, a, owners, why)
 			continue
 		}
-		result, err := done[i].result, done[i].err
-		rescuesTotal.WithLabelValues(string(a.Kind), result).Inc()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", a.Key(), err))
-			log.Error(err, "action failed", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "reason", a.Reason)
-			r.event(ctx, a, owners, corev1.EventTypeWarning, "RescueFailed", fmt.Sprintf("%s failed: %v; %s", a.Kind, err, a.Reason))
-			continue
-		}
-		acted = true
-		log.Info("rescue action", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "pod", a.Pod, "node", a.Node, "result", result, "reason", a.Reason)
-		if result == resultSucceeded {
-			r.event(ctx, a, owners, corev1.EventTypeNormal, a.Kind.EventReason(), a.Reason)
-			if a.Policy != "" {
-				records[a.Policy] = append(records[a.Policy], a.Record(r.clock.Now(), resultSucceeded))
-			}
-		}
+		toAct = append(toAct, a)
 	}
-	if err := r.updateStatuses(ctx, snap.Policies, plan, records); err != nil {
+	actErrs, acted := r.actAll(ctx, log, toAct, owners, records) // recovery_parallel.go
+	errs = append(errs, actErrs...)
+	if err := r.updateStatuses(ctx, log, snap.Policies, plan, records); err != nil {
 		errs = append(errs, err)
 	}
+	return r.requeue(plan, acted, len(errs) > 0), nil
+}
 
+// requeue picks the next pass: the plan's next check; soon after an
+// action, to verify its effect (watches usually get there first); and
+// after an error at most retryAfterError later. Errors are logged where
+// they happen and never returned, so that controller-runtime's
+// exponential backoff cannot postpone the plan's next check.
+func (r *RecoveryReconciler) requeue(plan rescue.Plan, acted, failed bool) ctrl.Result {
 	res := ctrl.Result{}
 	if !plan.NextCheck.IsZero() {
 		res.RequeueAfter = max(plan.NextCheck.Sub(r.clock.Now()), 100*time.Millisecond)
 	}
-	if acted && (res.RequeueAfter == 0 || res.RequeueAfter > 2*time.Second) {
-		// Look again soon to verify the effect; watches usually get there
-		// first.
-		res.RequeueAfter = 2 * time.Second
+	soon := time.Duration(0)
+	switch {
+	case failed:
+		soon = retryAfterError
+	case acted:
+		soon = 2 * time.Second
 	}
-	return res, kerrors.NewAggregate(errs)
+	if soon > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > soon) {
+		res.RequeueAfter = soon
+	}
+	return res
 }
 
 func (r *RecoveryReconciler) stopSwitchPulled(ctx context.Context) (bool, error) {
@@ -181,15 +255,9 @@ func (r *RecoveryReconciler) announce(ctx context.Context, log logr.Logger, a re
 	if seen {
 		return
 	}
-	rescuesTotal.WithLabelValues(string(a.Kind), "dry_run").Inc()
+	rescuesTotal.WithLabelValues(string(a.Kind), "DryRun").Inc()
 	log.Info("rescue action not taken", "why", why, "action", a.Kind, "object", a.Namespace+"/"+a.Name, "reason", a.Reason)
-	r.event(ctx, a, owners, corev1.EventTypeNormal, "RescueDryRun", fmt.Sprintf("would %s (%s): %s", a.Kind, why, a.Reason))
-}
-
-func ownersByPod(p rescue.Plan) map[string]rescue.Workload {
-	out := make(map[string]rescue.Workload, len(p.Critical))
-	for i := range p.Critical {
-		out[p.Critical[i].Key()] = p.Critical[i].Workload
+	if err := r.exec.Event(ctx, a, owners[a.Namespace+"/"+a.Pod], corev1.EventTypeNormal, execute.ReasonDryRun, fmt.Sprintf("would %s (%s): %s", a.Kind, why, a.Reason)); err != nil {
+		log.Error(err, "Event not recorded", "action", a.Kind, "object", a.Namespace+"/"+a.Name)
 	}
-	return out
 }

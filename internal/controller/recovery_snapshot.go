@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -18,7 +19,9 @@ import (
 // objects are shared, not copied (UnsafeDisableDeepCopy), and PlanFor
 // never writes to its input. Of the pods it reads only those bound to
 // NotReady nodes, through the node-name index: PlanFor examines no other,
-// so a pass costs the NotReady nodes' pods, not the cluster's.
+// so a pass costs the NotReady nodes' pods, not the cluster's; during an
+// incident (a node NotReady) it also reads the Ready nodes' pods, whose
+// requests decide whether a replacement can run anywhere.
 //
 // Policies are the exception: their status is patched from them, so they
 // are deep copies.
@@ -26,6 +29,7 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 	s := rescue.Snapshot{Now: now, ZoneConfig: r.opts.ZoneConfig, Defaults: r.opts.Defaults, Namespaces: map[string]map[string]string{}}
 	r.mu.Lock()
 	s.PreviousZones = r.prevZones
+	s.PreviousDisruption = r.prevDisruption
 	r.mu.Unlock()
 
 	var nodes corev1.NodeList
@@ -43,9 +47,14 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 		return s, fmt.Errorf("list %T: %w", &policies, err)
 	}
 	s.Nodes = pointers(nodes.Items)
+	incident := slices.ContainsFunc(s.Nodes, func(n *corev1.Node) bool { return !kubestatus.NodeReady(n) })
 	for _, n := range s.Nodes {
-		if kubestatus.NodeReady(n) {
-			continue
+		// The Ready nodes' pods too, during an incident only: the target
+		// check (pkg/rescue target.go) sums their requests to tell
+		// whether a replacement fits. PlanFor sums them only when a
+		// stranded pod needs a target.
+		if !incident {
+			break
 		}
 		var pods corev1.PodList
 		if err := r.client.List(ctx, &pods, client.MatchingFields{podNodeIndex: n.Name}, client.UnsafeDisableDeepCopy); err != nil {
@@ -59,6 +68,14 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 	s.Policies = pointers(policies.Items)
 	for i := range namespaces.Items {
 		s.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
+	}
+	s.RecentActions = r.recentActions(now)
+	// The second liveness signal (issue 9, item 2). WIRING POINT: the
+	// lead connects RecoveryOptions.BGPAlive to pkg/peering's evidence
+	// from the agents' session reports. Until then it is nil, and nil is
+	// safe: no node counts as alive.
+	if r.opts.BGPAlive != nil {
+		s.BGPAlive = r.opts.BGPAlive(ctx, s.Nodes, now)
 	}
 	return s, nil
 }

@@ -25,6 +25,14 @@ type Workload struct {
 	// PriorityClass marks the workload critical, as calico-kube-controllers
 	// and coredns are (system-cluster-critical).
 	PriorityClass string
+	// MinReadySeconds is the Deployment's: a pod counts as available only
+	// after being Ready that long (S9 sets an hour, so that the workload
+	// stays short whatever happens).
+	MinReadySeconds int32
+	// AllowedNodes, when set, is a required node affinity: the pods run
+	// only there (S9 keeps its short Deployment off the node that dies
+	// second).
+	AllowedNodes []string
 }
 
 func (w Workload) String() string { return w.Namespace + "/" + w.Name }
@@ -42,8 +50,9 @@ func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Replicas:        ptr.To[int32](1),
+			MinReadySeconds: w.MinReadySeconds,
+			Selector:        &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
@@ -64,6 +73,16 @@ func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error
 				}}},
 			}},
 		}}
+	}
+	if len(w.AllowedNodes) > 0 {
+		if d.Spec.Template.Spec.Affinity == nil {
+			d.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{}}
+		}
+		d.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: w.AllowedNodes,
+			}}}},
+		}
 	}
 	_, err := client.AppsV1().Deployments(w.Namespace).Create(ctx, d, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {

@@ -368,7 +368,9 @@ func criticalImpact(cp *rescue.CriticalPod) Impact {
 	case rescue.DecisionNotYet, rescue.DecisionLeftToUpstream, rescue.DecisionInFlight, rescue.DecisionRateLimited:
 		return ImpactPending
 	default:
-		// Act (not done yet), WaitingForFencing, ReportOnly, Suspended.
+		// Act (not done yet), WaitingForFencing, ReportOnly, Suspended,
+		// NoTarget (nothing can run the replacement), Held (full
+		// disruption or a fenced node that appears alive).
 		return ImpactBlocking
 	}
 }
@@ -415,6 +417,7 @@ func (e *explainer) explainCriticalPods() {
 			UpstreamReason:    cp.UpstreamReason,
 			Stranded:          cp.Stranded,
 			Decision:          string(cp.Decision),
+			NodeAlive:         e.s.BGPAlive[cp.Node],
 			Action:            string(cp.Action),
 			Reason:            cp.Reason,
 		}
@@ -463,7 +466,7 @@ func (e *explainer) explainPolicies() {
 		e.report.Policies = append(e.report.Policies, Policy{
 			Name: p.Name, Source: src, Valid: p.Valid, Error: p.Error, Suspended: p.Suspended, DryRun: p.DryRun,
 			Critical: p.Critical, Stranded: p.Stranded, WaitingForFencing: p.WaitingForFencing,
-			Actions: p.Actions, RateLimited: p.RateLimited,
+			Actions: p.Actions, RateLimited: p.RateLimited, NoTarget: p.NoTarget, Held: p.Held,
 		})
 		if !p.Valid {
 			e.report.Warnings = append(e.report.Warnings, fmt.Sprintf("RecoveryPolicy %s is invalid and selects no pod: %s", p.Name, p.Error))

@@ -283,10 +283,38 @@ func TestExplain(t *testing.T) {
 			return w
 		},
 		want: want{
-			blocking: true,
-			zone:     "FullDisruption",
-			upstream: map[string]string{"kube-system/coredns-5d4f-x0": "never: every zone is FullDisruption"},
-			words:    []string{`"fullDisruptionMode": true`},
+			blocking:  true,
+			zone:      "FullDisruption",
+			upstream:  map[string]string{"kube-system/coredns-5d4f-x0": "never: every zone is FullDisruption"},
+			decisions: map[string]rescue.Decision{"kube-system/coredns-5d4f-x0": rescue.DecisionHeld},
+			words: []string{`"fullDisruptionMode": true`, `"held": 1`,
+				"every node is NotReady (3 of 3): like kube-controller-manager in full disruption, rebound evicts nothing"},
+		},
+	}, {
+		name: "S1 with the only Ready node cordoned: no target, nothing deleted",
+		world: func() *world {
+			w := s1(at(45 * time.Second))
+			w.nodeNamed("node-0").Spec.Unschedulable = true
+			return w
+		},
+		want: want{
+			blocking:  true,
+			zone:      "PartialDisruption",
+			decisions: map[string]rescue.Decision{"kube-system/calico-kube-controllers-5d4f-x0": rescue.DecisionNoTarget},
+			words:     []string{"no Ready node can run the replacement (cordoned (spec.unschedulable): node-0; NotReady: 4 node(s))", `"noTarget": 1`},
+		},
+	}, {
+		name: "S1 with BGP evidence that the node is alive: shown, the stateless pod still moves",
+		world: func() *world {
+			w := s1(at(45 * time.Second))
+			w.s.BGPAlive = map[string]string{"node-3": "node-2 reports a BGP session Established with it"}
+			return w
+		},
+		want: want{
+			blocking:  true,
+			zone:      "PartialDisruption",
+			decisions: map[string]rescue.Decision{"kube-system/calico-kube-controllers-5d4f-x0": rescue.DecisionAct},
+			words:     []string{`"nodeAlive": "node-2 reports a BGP session Established with it"`, "appears alive but cut off from the API"},
 		},
 	}, {
 		name: "S4: a returned node waits for a dead peer still in the set",

@@ -88,6 +88,10 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 	if err := gatherPeering(ctx, c, &x); err != nil {
 		return s, x, err
 	}
+	// The second liveness signal (issue 9, item 2): the same evidence the
+	// controller gives its planner, so that diagnose and the controller
+	// decide alike.
+	s.BGPAlive = kube.BGPAliveFromReports(s.Nodes, x.PeeringReports, s.Now, peering.EvidenceOptions{})
 
 	s.Policies, err = listPolicies(ctx, c)
 	switch {

@@ -165,11 +165,14 @@ type CriticalPod struct {
 	Stranded bool `json:"stranded"`
 	// Decision is rescue.PlanFor's: Skip, NotYet, LeftToUpstream, Act,
 	// InFlight, Replaced, WaitingForFencing, ReportOnly, Suspended,
-	// RateLimited. Action is the action planned now (Delete, ForceDelete,
+	// RateLimited, NoTarget, Held. Action is the action planned now (Delete, ForceDelete,
 	// ScaleDown), DryRun whether it is only a dry run.
 	Decision string `json:"decision"`
-	Action   string `json:"action,omitempty"`
-	DryRun   bool   `json:"dryRun,omitempty"`
+	// NodeAlive is the second liveness signal's evidence that the node is
+	// alive but cut off from the API (rescue.Snapshot.BGPAlive), if any.
+	NodeAlive string `json:"nodeAlive,omitempty"`
+	Action    string `json:"action,omitempty"`
+	DryRun    bool   `json:"dryRun,omitempty"`
 	// Reason is the planner's reason, the words of rebound's Event.
 	Reason string `json:"reason"`
 }
@@ -284,4 +287,9 @@ type Policy struct {
 	WaitingForFencing int    `json:"waitingForFencing"`
 	Actions           int    `json:"actions"`
 	RateLimited       int    `json:"rateLimited"`
+	// NoTarget and Held count stranded pods rebound does not act on: no
+	// Ready node admits the replacement, or a safety hold (every node
+	// NotReady, or a fenced node that appears alive).
+	NoTarget int `json:"noTarget"`
+	Held     int `json:"held"`
 }

@@ -63,6 +63,9 @@ func WriteText(w io.Writer, r Report) error {
 	for _, c := range r.CriticalPods {
 		p.linef("  %s/%s on %s, NotReady since %s (%s)", c.Namespace, c.Name, c.Node, clock(c.NotReadySince, r.Time), short(r.Time.Sub(c.NotReadySince)))
 		p.wrapped("    ", "upstream eviction: "+c.Upstream)
+		if c.NodeAlive != "" {
+			p.wrapped("    ", "node appears alive but cut off from the API: "+c.NodeAlive)
+		}
 		head := c.Decision
 		if c.Action != "" {
 			head += " " + c.Action
@@ -131,8 +134,12 @@ func WriteText(w io.Writer, r Report) error {
 		if pol.DryRun {
 			flags += ", dry run"
 		}
-		p.linef("  %s (%s%s): %d critical, %d stranded, %d waiting for fencing, %d action(s) planned",
-			pol.Name, pol.Source, flags, pol.Critical, pol.Stranded, pol.WaitingForFencing, pol.Actions)
+		blocked := ""
+		if pol.Held > 0 || pol.NoTarget > 0 {
+			blocked = fmt.Sprintf(", %d held, %d without a target node", pol.Held, pol.NoTarget)
+		}
+		p.linef("  %s (%s%s): %d critical, %d stranded, %d waiting for fencing%s, %d action(s) planned",
+			pol.Name, pol.Source, flags, pol.Critical, pol.Stranded, pol.WaitingForFencing, blocked, pol.Actions)
 	}
 	if len(r.Warnings) > 0 {
 		p.section("Warnings")

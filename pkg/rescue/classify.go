@@ -6,6 +6,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // WorkloadClass says which safety rule applies to a pod.
@@ -41,8 +42,10 @@ type Workload struct {
 	Class WorkloadClass
 	// Kind and Name are the object that owns the pod's fate: the
 	// Deployment of a ReplicaSet when there is one, else the direct
-	// controller owner. Both are empty for a pod without one.
+	// controller owner. Both are empty for a pod without one. UID is that
+	// object's UID when known (Events refer to it).
 	Kind, Name string
+	UID        types.UID
 	// Why says what decided the class, e.g. "PVC data-web-0 is
 	// ReadWriteOnce".
 	Why string
@@ -81,7 +84,7 @@ func classify(pod *corev1.Pod, idx *snapshotIndex) (Workload, owners) {
 	case "Job":
 		return Workload{Class: ClassJob, Kind: ref.Kind, Name: ref.Name, Why: "owned by a Job"}, owners{}
 	case "StatefulSet":
-		return Workload{Class: ClassStateful, Kind: ref.Kind, Name: ref.Name, Why: "owned by a StatefulSet"}, owners{}
+		return Workload{Class: ClassStateful, Kind: ref.Kind, Name: ref.Name, UID: ref.UID, Why: "owned by a StatefulSet"}, owners{}
 	case "ReplicaSet":
 		return classifyReplicaSetPod(pod, ref, idx)
 	default:
@@ -99,14 +102,14 @@ func classifyReplicaSetPod(pod *corev1.Pod, ref *metav1.OwnerReference, idx *sna
 			Why: fmt.Sprintf("ReplicaSet %s (uid %s) is not in the snapshot", ref.Name, ref.UID)}, owners{}
 	}
 	o := owners{replicaSet: rs}
-	w := Workload{Class: ClassStateless, Kind: "ReplicaSet", Name: rs.Name, Why: "owned by ReplicaSet " + rs.Name}
+	w := Workload{Class: ClassStateless, Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Why: "owned by ReplicaSet " + rs.Name}
 	if dref := metav1.GetControllerOfNoCopy(rs); dref != nil && dref.Kind == "Deployment" {
 		o.deployment = idx.deploymentFor(rs.Namespace, dref)
 		if o.deployment == nil {
 			return Workload{Class: ClassOwnerNotFound, Kind: dref.Kind, Name: dref.Name,
 				Why: fmt.Sprintf("Deployment %s (uid %s) of ReplicaSet %s is not in the snapshot", dref.Name, dref.UID, rs.Name)}, owners{}
 		}
-		w = Workload{Class: ClassStateless, Kind: "Deployment", Name: o.deployment.Name,
+		w = Workload{Class: ClassStateless, Kind: "Deployment", Name: o.deployment.Name, UID: o.deployment.UID,
 			Why: fmt.Sprintf("owned by ReplicaSet %s of Deployment %s", rs.Name, o.deployment.Name)}
 	}
 	if vol := exclusiveVolume(pod, idx); vol != "" {

@@ -23,7 +23,9 @@
 //	(*) every node NotReady (full disruption)          Held               none; like kube-controller-manager, which evicts
 //	                                                                      nothing then: the control plane is the likelier side
 //	                                                                      cut off. Computed from the nodes, not from the zone
-//	                                                                      model's FullDisruptionMode flag
+//	                                                                      model's FullDisruptionMode flag. When it ends, every
+//	                                                                      NotReady node's maxUnavailableTime clock restarts
+//	                                                                      (Plan.Disruption), as kube-controller-manager's does
 //	(*) no Ready, schedulable node admits the pod      NoTarget           none; reason lists each node's rejection (cordoned,
 //	    (target.go: taints, nodeSelector/affinity,                        taint, affinity, resources, NotReady); re-planned when
 //	    requests vs allocatable minus requested)                          a node changes (the controller watches nodes)
@@ -178,6 +180,9 @@ type Plan struct {
 	// Zones is the zone model's view (pkg/zone), to pass back as
 	// Snapshot.PreviousZones next time.
 	Zones zone.Cluster
+	// Disruption is whether no node is Ready now and when the last full
+	// disruption ended, to pass back as Snapshot.PreviousDisruption.
+	Disruption Disruption
 	// Policies reports every policy, sorted by name.
 	Policies []PolicyReport
 	// Critical lists every critical pod on a NotReady node with its
@@ -214,7 +219,8 @@ type planner struct {
 	// means full disruption (see target.go).
 	readyNodes, totalNodes int
 	// targets is built on the first stranded pod that needs one.
-	targets *targetIndex
+	targets    *targetIndex
+	disruption Disruption
 }
 
 // PlanFor decides, from a snapshot, which critical pods are stranded and
@@ -233,6 +239,10 @@ func PlanFor(s Snapshot) Plan {
 	infos, notReady := indexNodes(s.Nodes, s.BGPAlive)
 	p.totalNodes = len(infos)
 	p.readyNodes = len(infos) - len(notReady)
+	p.disruption = Disruption{Active: p.totalNodes > 0 && p.readyNodes == 0, EndedAt: s.PreviousDisruption.EndedAt}
+	if s.PreviousDisruption.Active && !p.disruption.Active {
+		p.disruption.EndedAt = s.Now
+	}
 	p.zones = zone.Advance(s.PreviousZones, infos, cfg)
 	p.rules = compilePolicies(s.Policies)
 
@@ -262,6 +272,15 @@ func PlanFor(s Snapshot) Plan {
 	p.applyLimits()
 	p.planRestores()
 	return p.result()
+}
+
+// clockStart is when a node's maxUnavailableTime clock started: its
+// NotReady transition, or the end of the last full disruption if later.
+func (p *planner) clockStart(since time.Time) time.Time {
+	if p.disruption.EndedAt.After(since) {
+		return p.disruption.EndedAt
+	}
+	return since
 }
 
 // wake records a time at which the plan changes by itself.
@@ -313,12 +332,13 @@ func (p *planner) result() Plan {
 		reports[i].Suspended, reports[i].DryRun = r.suspended, r.dryRun
 	}
 	return Plan{
-		Zones:     p.zones,
-		Policies:  reports,
-		Critical:  p.critical,
-		Actions:   p.actions,
-		Warnings:  p.warnings,
-		NextCheck: p.nextCheck,
+		Disruption: p.disruption,
+		Zones:      p.zones,
+		Policies:   reports,
+		Critical:   p.critical,
+		Actions:    p.actions,
+		Warnings:   p.warnings,
+		NextCheck:  p.nextCheck,
 	}
 }
 
@@ -336,7 +356,7 @@ func (p *planner) examine(e examined) {
 		PolicyNote:    e.note,
 		Workload:      w,
 		NotReadySince: node.since,
-		Deadline:      node.since.Add(rule.maxUnavailable),
+		Deadline:      p.clockStart(node.since).Add(rule.maxUnavailable),
 		Terminating:   pod.DeletionTimestamp != nil,
 	}
 	rule.report.Critical++
@@ -377,6 +397,9 @@ func (p *planner) examine(e examined) {
 		cp.Decision = DecisionNotYet
 		cp.Reason = fmt.Sprintf("node %s NotReady for %s of maxUnavailableTime %s: stranded at %s if still NotReady",
 			cp.Node, p.now.Sub(cp.NotReadySince).Round(time.Second), rule.maxUnavailable, formatTime(cp.Deadline))
+		if start := p.clockStart(node.since); start.After(node.since) {
+			cp.Reason += fmt.Sprintf(" (the clock restarted at %s, when a full disruption ended, as kube-controller-manager restarts its own)", formatTime(start))
+		}
 		p.wake(cp.Deadline)
 	default:
 		cp.Stranded = true
@@ -414,4 +437,14 @@ func strandedSummary(cp *CriticalPod, maxUnavailable time.Duration, now time.Tim
 	}
 	return fmt.Sprintf("node %s NotReady for %s >= maxUnavailableTime %s, upstream eviction %s",
 		cp.Node, now.Sub(cp.NotReadySince).Round(time.Second), maxUnavailable, upstream)
+}
+
+// Workloads maps "namespace/pod" to the workload of every pod in the plan,
+// for the executor's Events (execute.Regarding).
+func (p *Plan) Workloads() map[string]Workload {
+	out := make(map[string]Workload, len(p.Critical))
+	for i := range p.Critical {
+		out[p.Critical[i].Key()] = p.Critical[i].Workload
+	}
+	return out
 }

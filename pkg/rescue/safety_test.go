@@ -105,6 +105,7 @@ func TestNoTarget(t *testing.T) {
 	noTarget := func(why string) map[string]string {
 		return map[string]string{coredns: "no Ready node can run the replacement (" + why}
 	}
+	noTargetAt := at(time.Minute + noTargetRecheck) // re-checked without new input
 	tests := []planCase{
 		{
 			name: "only Ready node cordoned: NoTarget",
@@ -114,6 +115,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("cordoned (spec.unschedulable): node-0; NotReady: 4 node(s))"),
 			check: func(t *testing.T, p Plan) {
 				if r := p.Policies[0]; r.NoTarget != 1 || r.Actions != 0 || !strings.Contains(r.Blocked, "kube-system/"+coredns+" NoTarget") {
@@ -142,6 +144,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("taint dedicated=db:NoSchedule not tolerated: node-0"),
 		},
 		{
@@ -152,6 +155,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("taint maintenance:NoExecute not tolerated: node-0"),
 		},
 		{
@@ -174,6 +178,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("nodeSelector/required node affinity not matched: node-0"),
 		},
 		{
@@ -187,6 +192,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("nodeSelector/required node affinity not matched: node-0"),
 		},
 		{
@@ -211,6 +217,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("insufficient cpu (requests 500m, free 200m): node-0"),
 		},
 		{
@@ -234,6 +241,7 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("too many pods (1 of 1): node-0"),
 		},
 		{
@@ -248,10 +256,12 @@ func TestNoTarget(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
 			reasons:   noTarget("cordoned (spec.unschedulable): extra-a, extra-b, extra-c (+3 more); NotReady: 4 node(s))"),
 		},
 		{
-			name: "NoTarget also stops a scale bounce",
+			name:      "NoTarget also stops a scale bounce",
+			nextCheck: at(5*time.Minute + noTargetRecheck),
 			world: func() *world {
 				w := s1(at(5 * time.Minute))
 				terminating(w.s.Pods[0], at(31*time.Second))
@@ -514,4 +524,47 @@ func TestRateLimitLedger(t *testing.T) {
 		},
 	}
 	runPlanCases(t, tests)
+}
+
+// TestFullDisruptionHeal: the partition heals node by node. The first plan
+// that sees node-0 Ready again must not find node-3's pod stranded (its
+// node was NotReady for minutes, but only because the control plane was
+// cut off): the maxUnavailableTime clock restarts when the full disruption
+// ends, as kube-controller-manager's does (the state is carried from plan
+// to plan in Plan.Disruption / Snapshot.PreviousDisruption).
+func TestFullDisruptionHeal(t *testing.T) {
+	w := s1(at(5 * time.Minute))
+	n0 := node0(w)
+	n0.Status.Conditions[0].Status = corev1.ConditionUnknown
+	n0.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0)
+	held := PlanFor(w.s)
+	if !held.Disruption.Active || held.Critical[0].Decision != DecisionHeld {
+		t.Fatalf("all NotReady: disruption %+v, decision %s", held.Disruption, held.Critical[0].Decision)
+	}
+
+	// node-0 is back first.
+	w.s.Now = at(5*time.Minute + 2*time.Second)
+	n0.Status.Conditions[0].Status = corev1.ConditionTrue
+	n0.Status.Conditions[0].LastTransitionTime = metav1.NewTime(w.s.Now)
+	w.s.PreviousDisruption = held.Disruption
+	healing := PlanFor(w.s)
+	if healing.Disruption.Active || !healing.Disruption.EndedAt.Equal(w.s.Now) {
+		t.Fatalf("disruption after node-0 returned: %+v", healing.Disruption)
+	}
+	cp := healing.Critical[0]
+	if cp.Decision != DecisionNotYet || len(healing.Actions) != 0 || !strings.Contains(cp.Reason, "the clock restarted at 2026-03-01T12:05:02Z") {
+		t.Fatalf("healing: %s %q, actions %v", cp.Decision, cp.Reason, healing.Actions)
+	}
+	if want := w.s.Now.Add(30 * time.Second); !cp.Deadline.Equal(want) || !healing.NextCheck.Equal(want) {
+		t.Errorf("deadline %v, next check %v, want both %v", cp.Deadline, healing.NextCheck, want)
+	}
+
+	// node-3 still NotReady a whole maxUnavailableTime after the heal: now
+	// it is stranded, and rebound acts.
+	w.s.Now = w.s.Now.Add(31 * time.Second)
+	w.s.PreviousDisruption = healing.Disruption
+	later := PlanFor(w.s)
+	if later.Critical[0].Decision != DecisionAct {
+		t.Errorf("a maxUnavailableTime after the heal: %s, want Act", later.Critical[0].Decision)
+	}
 }

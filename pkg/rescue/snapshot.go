@@ -50,6 +50,15 @@ type Snapshot struct {
 	// carrying the previous result over makes the ETAs closer to what
 	// kube-controller-manager does. The zero value evaluates from scratch.
 	PreviousZones zone.Cluster
+	// PreviousDisruption is the Disruption of the previous plan, if any:
+	// when a full disruption (no Ready node) ends, every NotReady node's
+	// maxUnavailableTime clock restarts then, as kube-controller-manager
+	// resets its nodes' transition timestamps when it leaves full
+	// disruption. Without it, the first node back (the partition heals
+	// node by node) would make every pod of the nodes not back yet look
+	// stranded for long, and rebound would delete them all a second
+	// before their nodes return.
+	PreviousDisruption Disruption
 	// Defaults are rebound's own knobs; zero fields take their default.
 	Defaults Defaults
 	// BGPAlive is a second liveness signal, independent of the API: for a
@@ -68,6 +77,15 @@ type Snapshot struct {
 	// cannot let a pass exceed maxActionsPerMinute; status stays the
 	// record across restarts.
 	RecentActions []LedgerEntry
+}
+
+// Disruption is the full-disruption state a plan carries to the next one.
+type Disruption struct {
+	// Active: no node was Ready.
+	Active bool
+	// EndedAt is when the last full disruption ended (the first plan
+	// that saw a Ready node again); zero if none was seen.
+	EndedAt time.Time
 }
 
 // LedgerEntry is one real action in Snapshot.RecentActions. It matches its

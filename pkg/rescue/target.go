@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -46,6 +47,11 @@ import (
 // computed from the snapshot's nodes, not from the zone model's
 // FullDisruptionMode flag (which can clear while every zone is still
 // FullDisruption, see pkg/zone).
+
+// noTargetRecheck is how often a NoTarget pod is checked again without new
+// input: a pod that finishes on a Ready node frees room, and pod events of
+// Ready nodes do not start a pass (the controller's predicates).
+const noTargetRecheck = 15 * time.Second
 
 // targetIndex is what the target search needs, built on first use: most
 // plans have no stranded pod and never pay for summing every pod's requests.
@@ -209,8 +215,10 @@ func (p *planner) target(cp *CriticalPod, pod *corev1.Pod) string {
 	}
 	node, rejected := p.targets.findTarget(pod)
 	if node == "" {
-		p.report(cp, DecisionNoTarget, "no Ready node can run the replacement (%s): rebound does not act, because a deleted pod would only stay Pending; re-checked whenever a node changes",
-			summarizeRejections(rejected, len(p.idx.notReady)))
+		p.report(cp, DecisionNoTarget, "no Ready node can run the replacement (%s): rebound does not act, because a deleted pod would only stay Pending; re-checked whenever a node changes, and every %s",
+			summarizeRejections(rejected, len(p.idx.notReady)), noTargetRecheck)
+		// Pods leaving a Ready node free room without any node event.
+		p.wake(p.now.Add(noTargetRecheck))
 	}
 	return node
 }

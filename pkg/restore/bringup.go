@@ -73,10 +73,12 @@ type bringup struct {
 	deadline time.Time
 	beats    *heartbeats
 	zones    zone.Cluster
-	out      *progress
-	result   *Result
-	availAt  map[WorkloadRef]float64
-	planned  map[string]bool // actions listed in a dry run or wait-only
+	// disruption carries the full-disruption state from round to round.
+	disruption rescue.Disruption
+	out        *progress
+	result     *Result
+	availAt    map[WorkloadRef]float64
+	planned    map[string]bool // actions listed in a dry run or wait-only
 }
 
 func newBringup(ctx context.Context, opts Options) (*bringup, error) {
@@ -212,12 +214,13 @@ func (b *bringup) begin(s *clusterState) {
 func (b *bringup) step(ctx context.Context, s *clusterState, now time.Time) bool {
 	nodes := b.nodeHealth(s)
 	plan := rescue.PlanFor(b.snapshot(s, now))
-	b.zones = plan.Zones
+	b.zones, b.disruption = plan.Zones, plan.Disruption
 	dry := b.opts.DryRun || b.policy.Spec.DryRun
 	b.reportPlan(plan, dry || b.opts.WaitOnly)
 
+	workloads := plan.Workloads()
 	for _, a := range plan.Actions {
-		b.act(ctx, s, a, dry || b.opts.WaitOnly, now)
+		b.act(ctx, a, workloads[a.Namespace+"/"+a.Pod], dry || b.opts.WaitOnly, now)
 	}
 
 	states := make([]State, 0, len(b.refs))

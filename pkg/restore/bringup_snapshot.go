@@ -39,16 +39,21 @@ func (b *bringup) nodeHealth(s *clusterState) map[string]NodeHealth {
 // workloads' namespaces only the essential pods and their owners.
 func (b *bringup) snapshot(s *clusterState, now time.Time) rescue.Snapshot {
 	snap := rescue.Snapshot{
-		Now:           now,
-		Nodes:         s.nodes,
-		Namespaces:    s.namespaces,
-		PVCs:          s.pvcs,
-		Policies:      []*v1alpha1.RecoveryPolicy{b.policy},
-		ZoneConfig:    b.opts.ZoneConfig,
-		PreviousZones: b.zones,
-		Defaults:      rescue.Defaults{ReplacementTimeout: b.opts.ReplacementTimeout},
+		Now:                now,
+		Nodes:              s.nodes,
+		Namespaces:         s.namespaces,
+		PVCs:               s.pvcs,
+		Policies:           []*v1alpha1.RecoveryPolicy{b.policy},
+		ZoneConfig:         b.opts.ZoneConfig,
+		PreviousZones:      b.zones,
+		PreviousDisruption: b.disruption,
+		Defaults:           rescue.Defaults{ReplacementTimeout: b.opts.ReplacementTimeout},
 	}
+	seen := map[string]bool{}
 	for _, r := range b.refs {
+		for _, p := range s.podsOf(r) {
+			seen[p.Namespace+"/"+p.Name] = true
+		}
 		snap.Pods = append(snap.Pods, s.podsOf(r)...)
 		if d := s.workloads[r].deployment; d != nil {
 			snap.Deployments = append(snap.Deployments, d)
@@ -57,6 +62,14 @@ func (b *bringup) snapshot(s *clusterState, now time.Time) rescue.Snapshot {
 					snap.ReplicaSets = append(snap.ReplicaSets, rs)
 				}
 			}
+		}
+	}
+	// The other pods of the Ready nodes hold resources a replacement
+	// needs; the planner only sums them (they are on no NotReady node).
+	for _, p := range s.nodePods {
+		if k := p.Namespace + "/" + p.Name; !seen[k] {
+			seen[k] = true
+			snap.Pods = append(snap.Pods, p)
 		}
 	}
 	return snap

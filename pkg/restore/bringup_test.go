@@ -154,12 +154,12 @@ func TestBringupDeletesStrandedPodOnceAndTimesOut(t *testing.T) {
 	if len(res.Actions) != 1 || res.Actions[0].Kind != rescue.ActionDelete {
 		t.Errorf("actions = %+v", res.Actions)
 	}
-	events, err := client.EventsV1().Events("kube-system").List(context.Background(), metav1.ListOptions{})
+	events, err := client.CoreV1().Events("kube-system").List(context.Background(), metav1.ListOptions{})
 	if err != nil || len(events.Items) != 1 {
 		t.Fatalf("events = %v, %v; want one", events, err)
 	}
 	ev := events.Items[0]
-	if ev.Reason != "StrandedPodDeleted" || ev.Regarding.Kind != "Deployment" || ev.Regarding.Name != "coredns" || ev.Related == nil || ev.Related.Name != "coredns-1-abc" || ev.ReportingController != reportingController {
+	if ev.Reason != "StrandedPodDeleted" || ev.InvolvedObject.Kind != "Deployment" || ev.InvolvedObject.Name != "coredns" || ev.Related == nil || ev.Related.Name != "coredns-1-abc" || ev.ReportingController != reportingController {
 		t.Errorf("event = %+v", ev)
 	}
 	for _, want := range []string{"zone r/a: Normal", "on NotReady node node-3: Delete", "Delete kube-system/coredns-1-abc: deleted", "bring-up timed out"} {
@@ -274,47 +274,5 @@ func TestBringupPolicySelectsWorkloadsByTemplate(t *testing.T) {
 	empty.Spec.Critical.PriorityClassNames = []string{"nothing-has-this"}
 	if _, err := Resolve(context.Background(), client, Selection{Policy: empty}); ExitCodeOf(err) != ExitBadInput || !strings.Contains(err.Error(), "selects no") {
 		t.Errorf("policy selecting nothing: err %v", err)
-	}
-}
-
-func TestApplyScaleBounce(t *testing.T) {
-	d := deployment(3)
-	d.UID, d.ResourceVersion = "d-1", "7"
-	client := fake.NewSimpleClientset(d)
-	ctx := context.Background()
-	down := rescue.Action{Kind: rescue.ActionScaleDown, Namespace: "kube-system", Name: "coredns", UID: "d-1", ResourceVersion: "7", Replicas: 3}
-	if r := Apply(ctx, client, down); !r.Applied || r.Err != nil {
-		t.Fatalf("scale down: %+v", r)
-	}
-	got, _ := client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
-	if *got.Spec.Replicas != 0 || got.Annotations[rescue.ScaleBounceAnnotation] != "3" {
-		t.Fatalf("after scale down: replicas %d, annotations %v", *got.Spec.Replicas, got.Annotations)
-	}
-	// A plan made from an older version is stale: nothing happens. (The
-	// fake clientset does not bump resourceVersion, so the test does.)
-	stale := down
-	stale.ResourceVersion = "6"
-	if r := Apply(ctx, client, stale); r.Applied || !strings.Contains(r.Outcome, "changed since the plan") {
-		t.Errorf("stale scale down: %+v", r)
-	}
-	restoreAct := rescue.Action{Kind: rescue.ActionScaleRestore, Namespace: "kube-system", Name: "coredns", UID: "d-1", ResourceVersion: got.ResourceVersion, Replicas: 3}
-	if r := Apply(ctx, client, restoreAct); !r.Applied {
-		t.Fatalf("scale restore: %+v", r)
-	}
-	got, _ = client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
-	if *got.Spec.Replicas != 3 || got.Annotations[rescue.ScaleBounceAnnotation] != "" {
-		t.Errorf("after restore: replicas %d, annotations %v", *got.Spec.Replicas, got.Annotations)
-	}
-	restoreAct.ResourceVersion = got.ResourceVersion
-	if r := Apply(ctx, client, restoreAct); r.Applied || r.Outcome != "already restored" {
-		t.Errorf("second restore: %+v", r)
-	}
-	wrongUID := down
-	wrongUID.UID, wrongUID.ResourceVersion = "d-2", got.ResourceVersion
-	if r := Apply(ctx, client, wrongUID); r.Applied || !strings.Contains(r.Outcome, "recreated") {
-		t.Errorf("other UID: %+v", r)
-	}
-	if r := Apply(ctx, client, rescue.Action{Kind: rescue.ActionDelete, Namespace: "kube-system", Name: "gone", UID: "x"}); r.Applied || r.Outcome != "already gone" {
-		t.Errorf("delete of a missing pod: %+v", r)
 	}
 }

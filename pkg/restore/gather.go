@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"rebound/pkg/kubestatus"
 )
 
 // clusterState is one read of everything a bring-up looks at: all nodes and
@@ -24,6 +26,10 @@ type clusterState struct {
 	replicaSets []*appsv1.ReplicaSet
 	workloads   map[WorkloadRef]workloadObject
 	pvcs        []*corev1.PersistentVolumeClaim
+	// nodePods are the pods bound to Ready nodes, of every namespace: the
+	// planner sums their requests to tell whether a Ready node can take a
+	// replacement (pkg/rescue target check).
+	nodePods []*corev1.Pod
 }
 
 // workloadObject is one essential workload as read; exactly one pointer is
@@ -72,6 +78,19 @@ func gather(ctx context.Context, client kubernetes.Interface, refs []WorkloadRef
 			if l.Spec.RenewTime != nil && l.Spec.RenewTime.After(s.heartbeat[l.Name]) {
 				s.heartbeat[l.Name] = l.Spec.RenewTime.Time
 			}
+		}
+	}
+
+	for _, n := range s.nodes {
+		if !kubestatus.NodeReady(n) {
+			continue
+		}
+		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil {
+			return nil, fmt.Errorf("list pods on node %s: %w", n.Name, err)
+		}
+		for i := range pods.Items {
+			s.nodePods = append(s.nodePods, &pods.Items[i])
 		}
 	}
 

@@ -62,8 +62,11 @@ type ActionReport struct {
 	Pod       string            `json:"pod,omitempty"`
 	Node      string            `json:"node,omitempty"`
 	DryRun    bool              `json:"dryRun,omitempty"`
-	Outcome   string            `json:"outcome"`
-	Reason    string            `json:"reason"`
+	// Result is rescue.ResultSucceeded, AlreadyDone, Refused or Failed
+	// ("" when not applied); Outcome says what happened in words.
+	Result  string `json:"result,omitempty"`
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason"`
 }
 
 // Err returns nil on success and otherwise an *Error with the outcome's

@@ -50,7 +50,7 @@ func TestFaultAgentAPIOutage(t *testing.T) {
 	for _, n := range lab.Nodes {
 		annotateBGP(ctx, t, c, n, label)
 	}
-	startPeeringController(t, c, controller.PeeringOptions{
+	set := startPeeringController(t, c, controller.PeeringOptions{
 		Name:         "peering-fault",
 		Config:       peering.Config{PruneGracePeriod: 20 * time.Second},
 		NodeSelector: labels.SelectorFromSet(labels.Set{"fault.rebound.dev/bgp": "yes"}),
@@ -64,7 +64,7 @@ func TestFaultAgentAPIOutage(t *testing.T) {
 	for _, n := range lab.Nodes {
 		agents[n.Name] = startAgent(t, c, lab, n, agent.Options{
 			Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second,
-			ReadyAfter: time.Hour, BirdBinary: bins.Bird, BirdConfig: n.Config,
+			ReadyAfter: time.Hour, BirdBinary: bins.Bird, BirdConfig: n.Config, PeerSet: set,
 		})
 	}
 	s4Converge(ctx, t, lab, false)

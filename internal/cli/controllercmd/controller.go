@@ -89,6 +89,11 @@ upstream eviction.`,
 				return err
 			}
 			if !noRecovery {
+				if peeringOn {
+					// Agents report their sessions only where peering runs:
+					// then the planner gets the second liveness signal.
+					recOpts.BGPAlive = controller.BGPAliveFromReports(mgr.GetClient(), peeringOpts.Config.WithDefaults().Evidence)
+				}
 				if err := controller.SetupRecovery(mgr, recOpts); err != nil {
 					return err
 				}
@@ -133,7 +138,7 @@ upstream eviction.`,
 	f.BoolVar(&mgrOpts.LeaderElect, "leader-elect", false, "elect a leader among replicas, so that only one acts")
 	f.DurationVar(&mgrOpts.SyncPeriod, "sync-period", 10*time.Minute, "how often the caches re-list everything, as a safety net")
 	f.BoolVar(&recOpts.DryRun, "dry-run", false, "plan, log and report every action, but change nothing")
-	f.StringVar(&stopSwitch, "stop-switch", "rebound-stop", "name of a ConfigMap in --namespace whose existence stops all actions cluster-wide (empty disables the switch)")
+	f.StringVar(&stopSwitch, "stop-switch", controller.DefaultStopSwitch, "name of a ConfigMap in --namespace whose existence stops all actions cluster-wide (empty disables the switch)")
 	f.DurationVar(&recOpts.Defaults.ReplacementTimeout, "replacement-timeout", rescue.DefaultReplacementTimeout, "how long a deleted pod may wait for its replacement before rebound scale-bounces its Deployment")
 	f.Float64Var(&zc.UnhealthyZoneThreshold, "unhealthy-zone-threshold", zc.UnhealthyZoneThreshold, "kube-controller-manager's --unhealthy-zone-threshold")
 	f.Int32Var(&zc.LargeClusterSizeThreshold, "large-cluster-size-threshold", zc.LargeClusterSizeThreshold, "kube-controller-manager's --large-cluster-size-threshold")

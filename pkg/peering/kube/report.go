@@ -79,15 +79,21 @@ func PeerSetFromConfigMap(cm *corev1.ConfigMap) (peering.PeerSet, error) {
 // node, why the agents' reports say it is alive (rescue.Snapshot.BGPAlive,
 // diagnose). Reports that cannot be read are left out.
 func BGPAlive(nodes []*corev1.Node, reports []v1alpha1.PeeringReport, now time.Time, opts peering.EvidenceOptions) map[string]string {
-	pnodes := make([]peering.Node, 0, len(nodes))
-	for _, n := range nodes {
-		pnodes = append(pnodes, PlannerNode(n))
-	}
 	rs := make([]peering.Report, 0, len(reports))
 	for i := range reports {
 		if r, err := ReportFromAPI(&reports[i]); err == nil {
 			rs = append(rs, r)
 		}
 	}
-	return peering.AliveEvidence(pnodes, rs, now, opts).Alive
+	return BGPAliveFromReports(nodes, rs, now, opts)
+}
+
+// BGPAliveFromReports is BGPAlive over reports already read (diagnose
+// reads them through the dynamic client).
+func BGPAliveFromReports(nodes []*corev1.Node, reports []peering.Report, now time.Time, opts peering.EvidenceOptions) map[string]string {
+	pnodes := make([]peering.Node, 0, len(nodes))
+	for _, n := range nodes {
+		pnodes = append(pnodes, PlannerNode(n))
+	}
+	return peering.AliveEvidence(pnodes, reports, now, opts).Alive
 }

@@ -1,0 +1,257 @@
+// Command rebound-release builds rebound's release artifacts with no
+// container engine: `make build`, `make image`, `make release` and
+// `make sizes` run it (internal/release does the work). See
+// docs/release.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"rebound/internal/cli"
+	"rebound/internal/release"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCommand().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}
+
+// common are the flags every subcommand shares.
+type common struct {
+	root, dist, source, downloadURL, repository, caBundle string
+}
+
+func (c *common) register(cmd *cobra.Command) {
+	f := cmd.PersistentFlags()
+	f.StringVar(&c.root, "root", ".", "rebound's module folder (a git checkout: the version is stamped from it)")
+	f.StringVar(&c.dist, "dist", "dist", "output folder")
+	f.StringVar(&c.source, "source", "https://github.com/rebound/rebound", "repository URL: the image's org.opencontainers.image.source label and the krew manifest's homepage")
+	f.StringVar(&c.downloadURL, "download-url", "", "folder the krew manifest downloads the kubectl-rebound archives from (default SOURCE/releases/download/VERSION)")
+	f.StringVar(&c.repository, "repository", release.DefaultRepository, "image repository named in the OCI layout (docker load tags the image REPOSITORY:VERSION)")
+	f.StringVar(&c.caBundle, "ca-bundle", release.DefaultCABundle, "PEM bundle of trusted roots for the image (Debian's ca-certificates)")
+}
+
+func (c *common) options(cmd *cobra.Command) (release.Options, error) {
+	root, err := filepath.Abs(c.root)
+	if err != nil {
+		return release.Options{}, err
+	}
+	s, err := release.ReadState(root)
+	if err != nil {
+		return release.Options{}, err
+	}
+	dist := c.dist
+	if !filepath.IsAbs(dist) {
+		dist = filepath.Join(root, dist)
+	}
+	return release.Options{
+		Root: root, Dist: dist, State: s, Source: c.source, DownloadURL: c.downloadURL,
+		Repository: c.repository, CABundle: c.caBundle,
+		Log: func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) },
+	}, nil
+}
+
+func newRootCommand() *cobra.Command {
+	var c common
+	root := &cobra.Command{
+		Use:           "rebound-release",
+		Short:         "Build rebound's binaries, images and release artifacts from the git checkout",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	c.register(root)
+	root.AddCommand(newLDFlagsCommand(&c), newBuildCommand(&c), newImageCommand(&c), newReleaseCommand(&c), newSizesCommand(&c))
+	return root
+}
+
+func newLDFlagsCommand(c *common) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ldflags",
+		Short: "Print the -ldflags that stamp a binary with the checkout's version, commit and date",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := c.options(cmd)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), o.State.LDFlags())
+			return nil
+		},
+	}
+}
+
+func newBuildCommand(c *common) *cobra.Command {
+	var out, platform string
+	cmd := &cobra.Command{
+		Use:   "build [rebound|rebound-manager|kubectl-rebound]...",
+		Short: "Build stamped static binaries into --out",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o, err := c.options(cmd)
+			if err != nil {
+				return err
+			}
+			p, err := release.ParsePlatform(platform)
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				args = []string{release.CLI.Name, release.Manager.Name, release.Plugin.Name}
+			}
+			for _, a := range args {
+				b, err := binary(a)
+				if err != nil {
+					return err
+				}
+				path, err := release.Build(cmd.Context(), o.Root, b, p, o.State, out)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), path)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "bin", "output folder")
+	cmd.Flags().StringVar(&platform, "platform", hostPlatform(), "os/arch to build for")
+	return cmd
+}
+
+func binary(name string) (release.Binary, error) {
+	for _, b := range []release.Binary{release.CLI, release.Manager, release.Plugin} {
+		if b.Name == name {
+			return b, nil
+		}
+	}
+	return release.Binary{}, fmt.Errorf("unknown binary %q: want rebound, rebound-manager or kubectl-rebound", name)
+}
+
+func newImageCommand(c *common) *cobra.Command {
+	var out cli.Output
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Build the rebound-manager image index (linux/amd64, linux/arm64) as an OCI layout tarball in --dist",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.Validate(); err != nil {
+				return err
+			}
+			o, err := c.options(cmd)
+			if err != nil {
+				return err
+			}
+			build, err := os.MkdirTemp("", "rebound-image-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(build)
+			res, _, err := release.Image(cmd.Context(), o, build)
+			if err != nil {
+				return err
+			}
+			return out.Print(cmd.OutOrStdout(), res, func() string { return imageText(res) })
+		},
+	}
+	out.Register(cmd)
+	return cmd
+}
+
+func imageText(res release.ImageResult) string {
+	s := fmt.Sprintf("%s\ndigest %s\n", res.Path, res.Digest)
+	for _, p := range res.Platforms {
+		s += fmt.Sprintf("METRIC image_compressed_size_%s=%.1f MB\n", sanitize(p.Platform), float64(p.CompressedBytes)/1e6)
+	}
+	return s
+}
+
+func newReleaseCommand(c *common) *cobra.Command {
+	var out cli.Output
+	cmd := &cobra.Command{
+		Use:   "release",
+		Short: "Write dist/: CLI and kubectl-rebound tarballs, the image, SBOMs, the krew manifest, SHA256SUMS",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.Validate(); err != nil {
+				return err
+			}
+			o, err := c.options(cmd)
+			if err != nil {
+				return err
+			}
+			res, err := release.Release(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return out.Print(cmd.OutOrStdout(), res, func() string {
+				s := fmt.Sprintf("%s (version %s):\n", res.Dist, o.State.Version)
+				for _, f := range res.Files {
+					s += "  " + f + "\n"
+				}
+				return s + imageText(res.Image)
+			})
+		},
+	}
+	out.Register(cmd)
+	return cmd
+}
+
+func newSizesCommand(c *common) *cobra.Command {
+	var out cli.Output
+	cmd := &cobra.Command{
+		Use:   "sizes",
+		Short: "Print each binary's package count and size (linux/amd64, as released)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.Validate(); err != nil {
+				return err
+			}
+			o, err := c.options(cmd)
+			if err != nil {
+				return err
+			}
+			dir, err := os.MkdirTemp("", "rebound-sizes-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			sizes, err := release.Sizes(cmd.Context(), o.Root, o.State, dir, release.CLI, release.Manager, release.Plugin)
+			if err != nil {
+				return err
+			}
+			return out.Print(cmd.OutOrStdout(), sizes, func() string {
+				s := ""
+				for _, z := range sizes {
+					n := sanitize(z.Binary)
+					s += fmt.Sprintf("METRIC packages_%s=%d packages\nMETRIC binary_size_%s=%.1f MB\n", n, z.Packages, n, float64(z.Bytes)/1e6)
+				}
+				return s
+			})
+		},
+	}
+	out.Register(cmd)
+	return cmd
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func hostPlatform() string { return runtime.GOOS + "/" + runtime.GOARCH }

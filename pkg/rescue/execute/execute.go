@@ -1,0 +1,248 @@
+// Package execute carries out pkg/rescue's actions against the API: the one
+// executor of rescue actions, used by `rebound controller` and by `rebound
+// restore bringup`. It owns the preconditions checked at the moment of the
+// write, the results as the API spells them (rescue.ResultSucceeded...),
+// and the Events; status records (rescue.Action.Record,
+// rescue.PrependRecords) are pure and live with the planner.
+//
+// Every read here goes to the API server, never to an informer cache: a
+// force delete re-reads the node and requires the out-of-service:NoExecute
+// taint now, not as the cache remembered it; a scale action re-reads the
+// Deployment and checks its UID, resourceVersion and the bounce rules on
+// what the API holds, then writes it with Update, whose resourceVersion the
+// API server compares (a conflict means someone changed it since: re-plan).
+package execute
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"rebound/pkg/rescue"
+)
+
+// Executor applies actions and records Events for them.
+type Executor struct {
+	// Client must talk to the API server directly (not through a cache).
+	Client kubernetes.Interface
+	// Component names the caller in Events: reportingController and
+	// source.component, e.g. "rebound.dev/controller".
+	Component string
+	// Instance is the Events' reportingInstance; "" means Component-host.
+	Instance string
+	// Now is the clock of Event times; nil means time.Now.
+	Now func() time.Time
+}
+
+// Outcome is what one action did.
+type Outcome struct {
+	// Result is rescue.ResultSucceeded, ResultAlreadyDone, ResultRefused
+	// or ResultFailed.
+	Result string
+	// Detail says what happened, for people.
+	Detail string
+	// Err is set with ResultFailed.
+	Err error
+}
+
+// Applied reports whether the action changed the cluster.
+func (o Outcome) Applied() bool { return o.Result == rescue.ResultSucceeded }
+
+func (e *Executor) now() time.Time {
+	if e.Now == nil {
+		return time.Now()
+	}
+	return e.Now()
+}
+
+// Apply executes one action. Applying the same plan twice changes nothing
+// the second time: the preconditions find the change made.
+func (e *Executor) Apply(ctx context.Context, a rescue.Action) Outcome {
+	switch a.Kind {
+	case rescue.ActionDelete:
+		return e.deletePod(ctx, a, nil)
+	case rescue.ActionForceDelete:
+		if o, ok := e.stillFenced(ctx, a); !ok {
+			return o
+		}
+		return e.deletePod(ctx, a, ptr.To[int64](0))
+	case rescue.ActionScaleDown, rescue.ActionScaleRestore:
+		return e.scale(ctx, a)
+	}
+	return failed(fmt.Errorf("unknown action kind %q", a.Kind))
+}
+
+func failed(err error) Outcome {
+	return Outcome{Result: rescue.ResultFailed, Detail: err.Error(), Err: err}
+}
+
+// stillFenced re-reads the node from the API right before a force delete:
+// the informer cache may still show an out-of-service taint that was
+// removed a moment ago, and a force delete off a live node runs two copies
+// of a pod that must run once.
+func (e *Executor) stillFenced(ctx context.Context, a rescue.Action) (Outcome, bool) {
+	n, err := e.Client.CoreV1().Nodes().Get(ctx, a.Node, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s is gone from the API; the pod garbage collector removes its pods", a.Node)}, false
+	case err != nil:
+		return failed(fmt.Errorf("re-read node %s before the force delete: %w", a.Node, err)), false
+	}
+	for i := range n.Spec.Taints {
+		if rescue.IsFencingTaint(&n.Spec.Taints[i]) {
+			return Outcome{}, true
+		}
+	}
+	return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s, re-read from the API just now, no longer carries %s:NoExecute: not force-deleting",
+		a.Node, corev1.TaintNodeOutOfService)}, false
+}
+
+func (e *Executor) deletePod(ctx context.Context, a rescue.Action, grace *int64) Outcome {
+	opts := metav1.DeleteOptions{GracePeriodSeconds: grace}
+	if a.UID != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &a.UID}
+	}
+	err := e.Client.CoreV1().Pods(a.Namespace).Delete(ctx, a.Name, opts)
+	switch {
+	case err == nil && grace != nil:
+		return Outcome{Result: rescue.ResultSucceeded, Detail: "force-deleted (grace period 0)"}
+	case err == nil:
+		return Outcome{Result: rescue.ResultSucceeded, Detail: "deleted; its ReplicaSet creates a replacement"}
+	case apierrors.IsNotFound(err):
+		return Outcome{Result: rescue.ResultAlreadyDone, Detail: "already gone"}
+	case apierrors.IsConflict(err):
+		return Outcome{Result: rescue.ResultAlreadyDone, Detail: "not deleted: a newer pod of that name exists (UID precondition); re-planned"}
+	default:
+		return failed(fmt.Errorf("delete pod %s/%s: %w", a.Namespace, a.Name, err))
+	}
+}
+
+// scale is either half of a scale bounce: Get from the API, check and
+// change it (rescue.Action.ChangeDeployment), Update. The Update carries
+// the object's resourceVersion, which the API server compares; a
+// Deployment recreated under the same name has another UID and another
+// resourceVersion, both checked before.
+func (e *Executor) scale(ctx context.Context, a rescue.Action) Outcome {
+	deployments := e.Client.AppsV1().Deployments(a.Namespace)
+	d, err := deployments.Get(ctx, a.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return Outcome{Result: rescue.ResultAlreadyDone, Detail: "Deployment gone"}
+	case err != nil:
+		return failed(fmt.Errorf("get Deployment %s/%s: %w", a.Namespace, a.Name, err))
+	}
+	if result, why := a.ChangeDeployment(d); result != "" {
+		return Outcome{Result: result, Detail: why}
+	}
+	_, err = deployments.Update(ctx, d, metav1.UpdateOptions{})
+	switch {
+	case err == nil && a.Kind == rescue.ActionScaleDown:
+		return Outcome{Result: rescue.ResultSucceeded, Detail: fmt.Sprintf("scaled to 0 (annotations %s=%d, %s=%s)",
+			rescue.ScaleBounceAnnotation, a.Replicas, rescue.ScaleBouncedForAnnotation, d.Annotations[rescue.ScaleBouncedForAnnotation])}
+	case err == nil:
+		return Outcome{Result: rescue.ResultSucceeded, Detail: fmt.Sprintf("scaled back to %d", a.Replicas)}
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return Outcome{Result: rescue.ResultAlreadyDone, Detail: "not scaled: the Deployment changed meanwhile; re-planned"}
+	default:
+		return failed(fmt.Errorf("update Deployment %s/%s: %w", a.Namespace, a.Name, err))
+	}
+}
+
+// Event reasons besides rescue.ActionKind.EventReason.
+const (
+	ReasonFailed   = "RescueFailed"
+	ReasonRefused  = "RescueRefused"
+	ReasonDryRun   = "RescueDryRun"
+	ReasonNoTarget = "RescueNoTarget"
+	ReasonHeld     = "RescueHeld"
+)
+
+// RecordOutcome records the Event an action's outcome calls for: Normal
+// with the action's reason when it succeeded, Warning when it failed or a
+// precondition refused it, none when it was already done.
+func (e *Executor) RecordOutcome(ctx context.Context, a rescue.Action, w rescue.Workload, o Outcome) error {
+	switch o.Result {
+	case rescue.ResultSucceeded:
+		return e.Event(ctx, a, w, corev1.EventTypeNormal, a.Kind.EventReason(), a.Reason)
+	case rescue.ResultRefused:
+		return e.Event(ctx, a, w, corev1.EventTypeWarning, ReasonRefused, fmt.Sprintf("%s refused: %s; %s", a.Kind, o.Detail, a.Reason))
+	case rescue.ResultFailed:
+		return e.Event(ctx, a, w, corev1.EventTypeWarning, ReasonFailed, fmt.Sprintf("%s failed: %s; %s", a.Kind, o.Detail, a.Reason))
+	}
+	return nil
+}
+
+// noteMax is the API's limit on an Event's message.
+const noteMax = 1024
+
+// Event records an Event about an action, regarding the workload whose
+// fate it decides (Regarding), related to the pod. It is a core/v1 Event
+// with eventTime, firstTimestamp and lastTimestamp all set, so that
+// `kubectl get events --sort-by=.lastTimestamp` (or .eventTime) orders it;
+// the events.k8s.io/v1 API would refuse the two timestamps.
+func (e *Executor) Event(ctx context.Context, a rescue.Action, w rescue.Workload, eventType, reason, note string) error {
+	regarding := Regarding(a, w)
+	now := e.now()
+	instance := e.Instance
+	if instance == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "unknown"
+		}
+		instance = rescue.Truncate(e.Component+"-"+host, 128)
+	}
+	ev := &corev1.Event{
+		// Named as client-go's recorders name Events: object, dot, time in
+		// hex.
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", regarding.Name, now.UnixNano()), Namespace: regarding.Namespace},
+		InvolvedObject:      regarding,
+		Related:             related(a, regarding),
+		Reason:              reason,
+		Message:             rescue.Truncate(note, noteMax),
+		Type:                eventType,
+		Source:              corev1.EventSource{Component: e.Component},
+		FirstTimestamp:      metav1.NewTime(now),
+		LastTimestamp:       metav1.NewTime(now),
+		Count:               1,
+		EventTime:           metav1.NewMicroTime(now),
+		Action:              string(a.Kind),
+		ReportingController: e.Component,
+		ReportingInstance:   instance,
+	}
+	_, err := e.Client.CoreV1().Events(regarding.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	return err
+}
+
+// Regarding is the object an action's Event is about: the Deployment a
+// scale action changes, else the workload that owns the pod (from the
+// plan), else the pod.
+func Regarding(a rescue.Action, w rescue.Workload) corev1.ObjectReference {
+	if a.Kind == rescue.ActionScaleDown || a.Kind == rescue.ActionScaleRestore {
+		return corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Namespace: a.Namespace, Name: a.Name, UID: a.UID}
+	}
+	switch w.Kind {
+	case "Deployment", "StatefulSet", "ReplicaSet":
+		return corev1.ObjectReference{APIVersion: "apps/v1", Kind: w.Kind, Namespace: a.Namespace, Name: w.Name, UID: w.UID}
+	}
+	return corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: a.Namespace, Name: a.Name, UID: a.UID}
+}
+
+// related is the pod the action is for, when the Event regards another
+// object.
+func related(a rescue.Action, regarding corev1.ObjectReference) *corev1.ObjectReference {
+	if a.Pod == "" || regarding.Kind == "Pod" {
+		return nil
+	}
+	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: a.Namespace, Name: a.Pod}
+	if a.Kind == rescue.ActionDelete || a.Kind == rescue.ActionForceDelete {
+		ref.UID = a.UID
+	}
+	return ref
+}

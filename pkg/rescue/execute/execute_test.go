@@ -1,0 +1,164 @@
+package execute
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"rebound/pkg/rescue"
+)
+
+var t0 = time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+
+func deployment(replicas, available int32) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns", UID: "d-1", ResourceVersion: "7"},
+		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To(replicas)},
+		Status:     appsv1.DeploymentStatus{AvailableReplicas: available},
+	}
+}
+
+func TestScaleBounce(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewSimpleClientset(deployment(3, 0))
+	e := &Executor{Client: client, Component: "rebound.dev/test", Instance: "test", Now: func() time.Time { return t0 }}
+	down := rescue.Action{Kind: rescue.ActionScaleDown, Namespace: "kube-system", Name: "coredns", UID: "d-1", ResourceVersion: "7", Replicas: 3, Incident: t0}
+	if o := e.Apply(ctx, down); !o.Applied() || o.Err != nil {
+		t.Fatalf("scale down: %+v", o)
+	}
+	got, _ := client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if *got.Spec.Replicas != 0 || got.Annotations[rescue.ScaleBounceAnnotation] != "3" || got.Annotations[rescue.ScaleBouncedForAnnotation] != "2026-07-01T12:00:00Z" {
+		t.Fatalf("after scale down: replicas %d, annotations %v", *got.Spec.Replicas, got.Annotations)
+	}
+	// The write is an Update of the object read from the API: it carries
+	// the resourceVersion the API server compares.
+	var update k8stesting.UpdateAction
+	for _, a := range client.Actions() {
+		if u, ok := a.(k8stesting.UpdateAction); ok {
+			update = u
+		}
+	}
+	if update == nil || update.GetObject().(*appsv1.Deployment).ResourceVersion != "7" {
+		t.Errorf("scale down was not an Update carrying resourceVersion 7: %v", client.Actions())
+	}
+	// A plan made from an older version is stale: nothing happens. (The
+	// fake clientset does not bump resourceVersion, so the test does.)
+	stale := down
+	stale.ResourceVersion = "6"
+	if o := e.Apply(ctx, stale); o.Result != rescue.ResultAlreadyDone || !strings.Contains(o.Detail, "changed since the plan") {
+		t.Errorf("stale scale down: %+v", o)
+	}
+	// The same plan again: the Deployment itself says it was bounced for
+	// this incident.
+	if o := e.Apply(ctx, down); o.Result != rescue.ResultRefused || !strings.Contains(o.Detail, "already scale-bounced once for this incident") {
+		t.Errorf("second scale down: %+v", o)
+	}
+	restore := rescue.Action{Kind: rescue.ActionScaleRestore, Namespace: "kube-system", Name: "coredns", UID: "d-1", ResourceVersion: "7", Replicas: 3}
+	if o := e.Apply(ctx, restore); !o.Applied() {
+		t.Fatalf("scale restore: %+v", o)
+	}
+	got, _ = client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if *got.Spec.Replicas != 3 || got.Annotations[rescue.ScaleBounceAnnotation] != "" || got.Annotations[rescue.ScaleBouncedForAnnotation] == "" {
+		t.Errorf("after restore: replicas %d, annotations %v", *got.Spec.Replicas, got.Annotations)
+	}
+	if o := e.Apply(ctx, restore); o.Result != rescue.ResultAlreadyDone || o.Detail != "already restored" {
+		t.Errorf("second restore: %+v", o)
+	}
+	wrongUID := down
+	wrongUID.UID = "d-2"
+	if o := e.Apply(ctx, wrongUID); o.Result != rescue.ResultAlreadyDone || !strings.Contains(o.Detail, "recreated") {
+		t.Errorf("other UID: %+v", o)
+	}
+	if o := e.Apply(ctx, rescue.Action{Kind: rescue.ActionDelete, Namespace: "kube-system", Name: "gone", UID: "x"}); o.Result != rescue.ResultAlreadyDone || o.Detail != "already gone" {
+		t.Errorf("delete of a missing pod: %+v", o)
+	}
+}
+
+func TestScaleDownRefusedWhenAReplicaIsAvailable(t *testing.T) {
+	client := fake.NewSimpleClientset(deployment(2, 1))
+	e := &Executor{Client: client, Component: "rebound.dev/test", Instance: "test"}
+	down := rescue.Action{Kind: rescue.ActionScaleDown, Namespace: "kube-system", Name: "coredns", UID: "d-1", ResourceVersion: "7", Replicas: 2, Incident: t0}
+	if o := e.Apply(context.Background(), down); o.Result != rescue.ResultRefused {
+		t.Errorf("scale down with a replica available: %+v", o)
+	}
+}
+
+// TestForceDeleteRereadsNode: the planner saw the node fenced (maybe in a
+// stale cache); the executor deletes only if the API says so now, with
+// effect NoExecute.
+func TestForceDeleteRereadsNode(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-0", UID: "p-1"}, Spec: corev1.PodSpec{NodeName: "node-3"}}
+	a := rescue.Action{Kind: rescue.ActionForceDelete, Namespace: "kube-system", Name: "etcd-0", UID: "p-1", Pod: "etcd-0", Node: "node-3"}
+	for _, tc := range []struct {
+		name   string
+		taints []corev1.Taint
+		want   string
+	}{
+		{"taint removed since the plan", nil, rescue.ResultRefused},
+		{"out-of-service NoSchedule only", []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Effect: corev1.TaintEffectNoSchedule}}, rescue.ResultRefused},
+		{"fenced", []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}, rescue.ResultSucceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-3"}, Spec: corev1.NodeSpec{Taints: tc.taints}}
+			client := fake.NewSimpleClientset(node, pod.DeepCopy())
+			e := &Executor{Client: client, Component: "rebound.dev/test", Instance: "test"}
+			o := e.Apply(context.Background(), a)
+			if o.Result != tc.want {
+				t.Fatalf("outcome %+v, want %s", o, tc.want)
+			}
+			_, err := client.CoreV1().Pods("kube-system").Get(context.Background(), "etcd-0", metav1.GetOptions{})
+			if deleted := err != nil; deleted != (tc.want == rescue.ResultSucceeded) {
+				t.Errorf("pod deleted = %v", deleted)
+			}
+			var readNode bool
+			for _, act := range client.Actions() {
+				if act.GetVerb() == "get" && act.GetResource().Resource == "nodes" {
+					readNode = true
+				}
+			}
+			if !readNode {
+				t.Error("the node was not re-read from the API")
+			}
+		})
+	}
+}
+
+// TestEventTimestamps: Events carry eventTime, firstTimestamp and
+// lastTimestamp, so that `kubectl get events --sort-by` orders them, and
+// regard the workload with the pod as related object.
+func TestEventTimestamps(t *testing.T) {
+	client := fake.NewSimpleClientset()
+	e := &Executor{Client: client, Component: "rebound.dev/test", Now: func() time.Time { return t0 }}
+	a := rescue.Action{Kind: rescue.ActionDelete, Namespace: "kube-system", Name: "coredns-x", UID: "p-1", Pod: "coredns-x", Reason: strings.Repeat("r", 2000)}
+	w := rescue.Workload{Kind: "Deployment", Name: "coredns", UID: "d-1"}
+	if err := e.RecordOutcome(context.Background(), a, w, Outcome{Result: rescue.ResultSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := client.CoreV1().Events("kube-system").List(context.Background(), metav1.ListOptions{})
+	if len(evs.Items) != 1 {
+		t.Fatalf("events = %d, want 1", len(evs.Items))
+	}
+	ev := evs.Items[0]
+	if !ev.LastTimestamp.Time.Equal(t0) || !ev.FirstTimestamp.Time.Equal(t0) || !ev.EventTime.Time.Equal(t0) || ev.Count != 1 {
+		t.Errorf("timestamps: first %v last %v eventTime %v count %d", ev.FirstTimestamp, ev.LastTimestamp, ev.EventTime, ev.Count)
+	}
+	if ev.InvolvedObject.Kind != "Deployment" || ev.InvolvedObject.UID != "d-1" || ev.Related == nil || ev.Related.Name != "coredns-x" ||
+		ev.Reason != "StrandedPodDeleted" || ev.Action != "Delete" || ev.ReportingController != "rebound.dev/test" || ev.ReportingInstance == "" ||
+		len(ev.Message) > noteMax {
+		t.Errorf("event = %+v", ev)
+	}
+	if o := (Outcome{Result: rescue.ResultAlreadyDone}); e.RecordOutcome(context.Background(), a, w, o) != nil {
+		t.Error("AlreadyDone must record nothing")
+	}
+	if evs, _ := client.CoreV1().Events("kube-system").List(context.Background(), metav1.ListOptions{}); len(evs.Items) != 1 {
+		t.Errorf("AlreadyDone recorded an Event")
+	}
+}
