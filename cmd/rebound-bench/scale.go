@@ -34,6 +34,7 @@ func runScale(ctx context.Context, args []string) error {
 		fast        = fs.Bool("fast", false, "use the tests' short timings (lease 8s, grace 12s) instead of upstream's (40s, 50s); heavier on the apiserver")
 		bin         = fs.String("rebound", "", "the rebound binary to run as the controller (default: built from this checkout)")
 		output      = fs.String("o", "text", "output: text (table and METRIC lines) or json")
+		keep        = fs.Bool("keep", false, "keep the sandboxes' folders (logs, audit log) after the run, and print where")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: rebound-bench scale [flags]
@@ -78,7 +79,11 @@ Flags:
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	if *keep {
+		fmt.Fprintf(os.Stderr, "scale: sandboxes in %s (kept)\n", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
 	if *bin == "" {
 		if *bin, err = scale.BuildRebound(ctx, tmp); err != nil {
 			return err
