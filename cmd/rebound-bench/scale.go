@@ -8,7 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -159,7 +160,7 @@ func printScaleMetrics(w io.Writer, o scale.Options, r scale.Result) {
 		fmt.Fprintf(w, "METRIC %speering_controller_rss_peak=%.1f MiB\n", p, pr.ControllerPeakMiB)
 	}
 	fmt.Fprintf(os.Stderr, "  latest delete after its deadline: %s\n", r.Latest)
-	for _, name := range sortedKeys(r.Components) {
+	for _, name := range slices.Sorted(maps.Keys(r.Components)) {
 		u := r.Components[name]
 		fmt.Fprintf(w, "METRIC %s%s_rss=%.0f MiB\n", p, metricName(name), u.RSSMiB)
 		fmt.Fprintf(w, "METRIC %s%s_cpu_per_min=%.1f s\n", p, metricName(name), u.CPUPerMin)
@@ -183,10 +184,10 @@ func printScaleTable(w io.Writer, rs []scale.Result) {
 	fmt.Fprintln(tw, "nodes\tidle requests by verb (per min; lease renewals of leader election included)\tsandbox at rest: RSS MiB / CPU s per min")
 	for _, r := range rs {
 		var verbs, comps []string
-		for _, v := range sortedKeys(r.Idle.ByVerb) {
+		for _, v := range slices.Sorted(maps.Keys(r.Idle.ByVerb)) {
 			verbs = append(verbs, fmt.Sprintf("%s %.1f", v, r.Idle.PerMinute(r.Idle.ByVerb[v])))
 		}
-		for _, name := range sortedKeys(r.Components) {
+		for _, name := range slices.Sorted(maps.Keys(r.Components)) {
 			u := r.Components[name]
 			comps = append(comps, fmt.Sprintf("%s %.0f/%.1f", name, u.RSSMiB, u.CPUPerMin))
 		}
@@ -205,11 +206,3 @@ func total(m map[string]int) int {
 
 func metricName(component string) string { return strings.ReplaceAll(component, "-", "_") }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync/atomic"
 	"testing"
 )
@@ -22,22 +23,10 @@ func TestNodeZones(t *testing.T) {
 		for _, z := range zones {
 			got[z]++
 		}
-		if len(zones) != tc.o.Nodes || !equalCounts(got, tc.want) {
+		if len(zones) != tc.o.Nodes || !maps.Equal(got, tc.want) {
 			t.Errorf("%s: zones %v, want %v", tc.name, got, tc.want)
 		}
 	}
-}
-
-func equalCounts(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func TestValidateZonesNamesTheProblem(t *testing.T) {
