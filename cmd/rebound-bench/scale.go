@@ -6,9 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -205,4 +205,3 @@ func total(m map[string]int) int {
 }
 
 func metricName(component string) string { return strings.ReplaceAll(component, "-", "_") }
-
