@@ -118,6 +118,8 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 			pred = builder.WithPredicates(nodePredicate())
 		case *corev1.Pod:
 			pred = builder.WithPredicates(podPredicate(cachedNodeNotReady(mgr.GetCache())))
+		case *appsv1.ReplicaSet, *appsv1.Deployment:
+			pred = builder.WithPredicates(ownerPredicate(anyNodeNotReady(mgr.GetCache())))
 		}
 		b = b.Watches(obj, all, pred)
 	}
