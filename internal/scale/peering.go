@@ -95,7 +95,8 @@ func MeasurePeering(ctx context.Context, c *sandbox.Cluster, bin string, window 
 				return
 			case <-tick.C:
 			}
-			r := peering.Report{Reporter: c.NodeNames[i], ObservedAt: time.Now(), Established: n - 1}
+			// A real agent echoes the generation of the set it applied.
+			r := peering.Report{Reporter: c.NodeNames[i], ObservedAt: time.Now(), SetGeneration: publishedGeneration(rctx, c), Established: n - 1}
 			if others.WriteReport(rctx, r) == nil {
 				written.Add(1)
 			}
@@ -186,4 +187,18 @@ func (b countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n.Add(int64(n))
 	return n, err
+}
+
+// publishedGeneration reads the published set's generation (0 when there
+// is none yet).
+func publishedGeneration(ctx context.Context, c *sandbox.Cluster) int64 {
+	cm, err := c.Client.CoreV1().ConfigMaps(peering.DefaultPeerSetNamespace).Get(ctx, peering.DefaultPeerSetName, metav1.GetOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0
+	}
+	set, err := peering.ParsePeerSet(cm.Data[peering.PeerSetKey])
+	if err != nil {
+		return 0
+	}
+	return set.Generation
 }
