@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs.
 GO ?= go
 
-.PHONY: all build deps test unit e2e vet sandbox demo bench clean image release sizes
+.PHONY: fuzz all build deps test unit e2e vet sandbox demo bench clean image release sizes
 
 all: build
 
@@ -52,7 +52,14 @@ e2e: sandbox
 # scenario timelines are the measurements.
 test: deps vet sandbox
 	$(GO) test -count=1 ./api/... ./cmd/... ./internal/... ./pkg/...
+	FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh ./api/... ./internal/... ./pkg/...
 	$(GO) test -count=1 -v -timeout 40m ./test/e2e
+
+# Every Go native fuzz test for a short time on top of its seed corpus
+# (which plain `go test` replays); `make fuzz FUZZTIME=5m` digs deeper.
+FUZZTIME ?= 5s
+fuzz:
+	FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh ./api/... ./internal/... ./pkg/...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...

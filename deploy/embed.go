@@ -31,6 +31,8 @@ var (
 	AgentRBAC []byte
 	//go:embed agent/admission.yaml
 	AgentAdmission []byte
+	//go:embed agent/daemonset.yaml
+	AgentDaemonSet []byte
 	//go:embed controller/namespace.yaml
 	ControllerNamespace []byte
 )

@@ -467,8 +467,8 @@ func TestControllerDeployment(t *testing.T) {
 	if c.Image != "rebound:dev" {
 		t.Errorf("image = %q, want rebound:dev", c.Image)
 	}
-	if cmd := strings.Join(append(slices.Clone(c.Command), c.Args...), " "); cmd != "rebound controller --leader-elect" {
-		t.Errorf("command = %q, want rebound controller --leader-elect", cmd)
+	if cmd := strings.Join(append(slices.Clone(c.Command), c.Args...), " "); cmd != "rebound-manager controller --leader-elect" {
+		t.Errorf("command = %q, want rebound-manager controller --leader-elect", cmd)
 	}
 	ports := map[string]int32{}
 	for _, p := range c.Ports {

@@ -53,7 +53,7 @@ func usage() {
 Benchmarks:
   s4   recovery time of a BGP node returning while half the nodes are dead
        (BIRD graceful restart, seed 003), with and without rebound's peer
-       set, for 3, 10 and 30 nodes. Needs BIRD (hack/install-bird.sh); as
+       set, for given sizes and return times. Needs BIRD (hack/install-bird.sh); as
        root it also measures the kernel routing table in network namespaces.
        Run "rebound-bench s4 -h" for its flags.
   scale

@@ -450,26 +450,13 @@ func (a *Agent) poll(ctx context.Context) {
 		a.kick()
 	}
 	now := a.clock.Now()
-	var report peering.Report
-	var view *sessionView
-	protos, err := a.opts.Control.Protocols(ctx)
+	report, ss, err := ReadReport(ctx, a.opts.Control, a.opts.NodeName, peers, doc, now)
 	if err != nil {
-		report = peering.Report{Reporter: a.opts.NodeName, ObservedAt: now, SetGeneration: doc.Generation, Error: err.Error()}
-		view = viewOf(nil, err)
-	} else {
-		var status *bird.Status
-		if st, serr := a.opts.Control.Status(ctx); serr == nil {
-			status = &st
-		} else {
-			a.log.Debug("BIRD status unreadable: session times unknown", "error", serr)
-		}
-		ss := sessions(peers, protos, status, now)
-		ready := make(map[string]bool, len(doc.Peers))
-		for _, p := range doc.Peers {
-			ready[p.Name] = p.Ready
-		}
-		report = peering.CompactReport(a.opts.NodeName, now, doc.Generation, ss, func(peer string) bool { return ready[peer] })
-		view = viewOf(ss, nil)
+		a.log.Debug("BIRD partly unreadable", "error", err)
+	}
+	view := viewOf(ss, nil)
+	if report.Error != "" {
+		view = &sessionView{err: report.Error}
 	}
 	a.mu.Lock()
 	a.status = view

@@ -26,6 +26,12 @@ func (a *Agent) startView(ctx context.Context, doc *peering.PeerSet, peers []bir
 			local[s.Peer] = s.Established()
 		}
 	}
+	return StartView(doc, peers, local)
+}
+
+// StartView is the start rule's input from the published set and the
+// sessions this node's BIRD has Established (local, by peer name).
+func StartView(doc *peering.PeerSet, peers []bird.Peer, local map[string]bool) []StartPeer {
 	byName := make(map[string]peering.PublishedPeer, len(doc.Peers))
 	for _, p := range doc.Peers {
 		byName[p.Name] = p

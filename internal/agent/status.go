@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -51,6 +54,65 @@ func sessions(peers []bird.Peer, protos []bird.Protocol, status *bird.Status, re
 		out = append(out, s)
 	}
 	return out
+}
+
+// bfdReader is the optional part of Control that reads `show bfd
+// sessions`; bird.Client implements it.
+type bfdReader interface {
+	BFDSessions(ctx context.Context) ([]bird.BFDSession, error)
+}
+
+// ReadReport reads this node's BIRD into the report its agent writes: every
+// peer's BGP session with the time of its last state change, its BFD
+// session state when BFD runs, and whether BIRD is in graceful-restart
+// recovery (a recovering BIRD's sessions say nothing about its peers).
+// BIRD unreadable gives a report with Error set. The error return is
+// what could not be read beside the sessions (status, BFD): the report is
+// still valid, with those fields unknown.
+func ReadReport(ctx context.Context, control Control, node string, peers []bird.Peer, doc *peering.PeerSet, now time.Time) (peering.Report, []peering.Session, error) {
+	protos, err := control.Protocols(ctx)
+	if err != nil {
+		return peering.Report{Reporter: node, ObservedAt: now, SetGeneration: doc.Generation, Error: err.Error()}, nil, nil
+	}
+	var errs []error
+	var status *bird.Status
+	if st, serr := control.Status(ctx); serr == nil {
+		status = &st
+	} else {
+		errs = append(errs, fmt.Errorf("BIRD status unreadable, session times unknown: %w", serr))
+	}
+	ss := sessions(peers, protos, status, now)
+	if br, ok := control.(bfdReader); ok {
+		if bfd, berr := br.BFDSessions(ctx); berr == nil {
+			withBFD(ss, peers, bfd)
+		} else if !strings.Contains(berr.Error(), "BFD") {
+			// BIRD answers an error naming BFD when no BFD protocol runs.
+			errs = append(errs, fmt.Errorf("show bfd sessions: %w", berr))
+		}
+	}
+	ready := make(map[string]bool, len(doc.Peers))
+	for _, p := range doc.Peers {
+		ready[p.Name] = p.Ready
+	}
+	report := peering.CompactReport(node, now, doc.Generation, ss, func(peer string) bool { return ready[peer] })
+	report.Recovering = status != nil && status.GracefulRestart != nil
+	return report, ss, errors.Join(errs...)
+}
+
+// withBFD fills each session's BFD state from `show bfd sessions`, by the
+// peer's address.
+func withBFD(ss []peering.Session, peers []bird.Peer, bfd []bird.BFDSession) {
+	byAddr := make(map[netip.Addr]string, len(bfd))
+	for _, b := range bfd {
+		byAddr[b.Address] = b.State
+	}
+	addr := make(map[string]netip.Addr, len(peers))
+	for _, p := range peers {
+		addr[p.Name] = p.Address
+	}
+	for i := range ss {
+		ss[i].BFD = byAddr[addr[ss[i].Peer]]
+	}
 }
 
 // sessionView is the agent's last read of BIRD, for /readyz.

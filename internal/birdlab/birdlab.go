@@ -59,6 +59,10 @@ type Options struct {
 	KernelNode int
 	// NodeName names node i; nil means "node-<i>".
 	NodeName func(i int) string
+	// BFD, when set, runs BFD with every peer. Only BIRD 2 can: it binds
+	// BFD to the node's address (strict bind); several BIRD 1.6 on one
+	// host share BFD's ports and their sessions flap.
+	BFD *bird.BFD
 }
 
 // Node is one BIRD node of the lab.
@@ -103,6 +107,9 @@ type Lab struct {
 func New(opts Options) (*Lab, error) {
 	if opts.Nodes < 2 || opts.Nodes > 32 {
 		return nil, fmt.Errorf("birdlab: nodes %d: want 2..32", opts.Nodes)
+	}
+	if opts.BFD != nil && opts.Bins.Version != bird.Bird2 {
+		return nil, fmt.Errorf("birdlab: BFD needs BIRD 2 (strict bind): several BIRD %s on one host share BFD's ports", opts.Bins.Version)
 	}
 	if opts.Net < 1 || opts.Net > 63 {
 		return nil, fmt.Errorf("birdlab: net %d: want 1..63", opts.Net)
@@ -176,6 +183,7 @@ func (l *Lab) MeshConfig(n *Node, peers []bird.Peer) bird.MeshConfig {
 		GracefulRestartTime: l.opts.GracefulRestartTime,
 		GracefulRestartWait: l.opts.GracefulRestartWait,
 		ListenPort:          n.Port,
+		BFD:                 l.opts.BFD,
 	}
 }
 
@@ -258,6 +266,15 @@ func (l *Lab) Kill(n *Node) error {
 		}
 	}
 	return err
+}
+
+// Freeze stops node n's daemon with SIGSTOP, as a node loses power (see
+// birdproc.Daemon.Freeze); Kill or Close end it.
+func (l *Lab) Freeze(n *Node) error {
+	if d := n.Daemon(); d != nil {
+		return d.Freeze()
+	}
+	return nil
 }
 
 // Close stops every daemon and deletes the network namespace.

@@ -228,6 +228,7 @@ func (d *Daemon) Stop() error {
 		if e := d.cmd.Process.Signal(syscall.SIGTERM); e != nil && !errors.Is(e, os.ErrProcessDone) {
 			err = e
 		}
+		_ = d.cmd.Process.Signal(syscall.SIGCONT) // a frozen daemon handles SIGTERM only once it runs
 		select {
 		case <-d.done:
 		case <-time.After(15 * time.Second):
@@ -253,6 +254,20 @@ func (d *Daemon) Kill() error {
 		<-d.done
 	})
 	return err
+}
+
+// Freeze stops the daemon with SIGSTOP, as a node loses power: it sends
+// nothing more and closes nothing, so its peers notice only by BFD or the
+// BGP hold timer (a SIGKILL on loopback closes its TCP sessions at once).
+// Kill or Stop end it later.
+func (d *Daemon) Freeze() error {
+	if d.Exited() {
+		return nil
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	return nil
 }
 
 // lockedBuffer is a bytes.Buffer safe for the daemon's output goroutines

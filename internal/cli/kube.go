@@ -65,6 +65,14 @@ func NewKubeFlags() *KubeFlags {
 // The error says what was missing and how to fix it, without a library's
 // nested wording.
 func (k *KubeFlags) RESTConfig(userAgent string) (*rest.Config, error) {
+	// kubectl falls back to http://localhost:8080 when it finds no
+	// kubeconfig and is not in a pod; rebound says so instead.
+	if raw, err := k.ToRawKubeConfigLoader().RawConfig(); err == nil && len(raw.Contexts) == 0 && len(raw.Clusters) == 0 &&
+		(k.APIServer == nil || *k.APIServer == "") {
+		if _, err := rest.InClusterConfig(); err != nil {
+			return nil, ConnectionError(clientcmd.ErrEmptyConfig)
+		}
+	}
 	cfg, err := k.ToRESTConfig()
 	if err != nil {
 		return nil, ConnectionError(err)

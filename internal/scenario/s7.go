@@ -15,6 +15,7 @@ import (
 	"rebound/internal/sandbox"
 	"rebound/pkg/diagnose"
 	"rebound/pkg/rescue"
+	"rebound/pkg/zone"
 )
 
 // S7 is "never worse than upstream": rebound must not act where acting
@@ -85,15 +86,27 @@ func RunS7NoTarget(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S
 	}
 	var others []string
 	for _, n := range c.NodeNames {
-		if n != opts.Survivor {
+		if n != opts.Survivor && n != w.PreferNode {
 			others = append(others, n)
 		}
 	}
+	// As in S1: the pod's node dies last, once the zone is in
+	// PartialDisruption, so that upstream never starts evicting it.
 	tl.Step("stop %s", strings.Join(others, ", "))
 	for _, n := range others {
 		if err := c.StopNode(ctx, n); err != nil {
 			return res, err
 		}
+	}
+	zoneName := zone.DisplayZone(c.ZoneKey)
+	if _, err := obs.WaitFor(ctx, grace+2*time.Minute, "zone enters PartialDisruption", func(s Snapshot) bool {
+		return s.Zones[zoneName] == "PartialDisruption"
+	}); err != nil {
+		return res, err
+	}
+	tl.Step("stop %s, where the critical pod runs", w.PreferNode)
+	if err := c.StopNode(ctx, w.PreferNode); err != nil {
+		return res, err
 	}
 	if _, err := obs.WaitFor(ctx, grace+time.Minute, w.PreferNode+" NotReady", func(s Snapshot) bool {
 		return !s.Nodes[w.PreferNode].Ready
@@ -123,6 +136,9 @@ func RunS7NoTarget(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S
 		return res, err
 	}
 	res.UncordonedAt = managedFieldsTime(n.ManagedFields)
+	if res.UncordonedAt.IsZero() {
+		return res, fmt.Errorf("the uncordon of %s left no managedFields time", opts.Survivor)
+	}
 	if _, err := obs.WaitFor(ctx, time.Minute, w.String()+" available on "+opts.Survivor, func(s Snapshot) bool {
 		return s.AvailableOn(opts.Survivor)
 	}); err != nil {
@@ -249,6 +265,13 @@ func setUnschedulable(ctx context.Context, c *sandbox.Cluster, name string, on b
 			return false, nil //nolint:nilerr // retry until the deadline
 		}
 		n.Spec.Unschedulable = on
+		// An annotation the scenario always owns: unschedulable=false is
+		// no field at all, and a manager that owns no field loses its
+		// managedFields entry, whose time is the uncordon's.
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations["scenario.rebound.dev/cordoned"] = fmt.Sprint(on)
 		out, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: scenarioFieldManager})
 		return err == nil, nil // a conflict with a heartbeat: read again
 	})

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,9 +65,12 @@ func (o S7PeeringOptions) withDefaults() S7PeeringOptions {
 // (from the first NotReady transition until the first node was Ready
 // again), from the API (watches) and from the agents' mesh files.
 type S7PeeringResult struct {
-	// SetChanges counts writes of the published set document plus
-	// changes of any node's in-set label.
+	// SetChanges counts changes of the published set's membership (what
+	// agents render) plus changes of any node's in-set label.
 	SetChanges int
+	// DocumentWrites counts every write of the document (Ready flags and
+	// the freeze reason are published too; they change nothing rendered).
+	DocumentWrites int
 	// MeshChanges counts agents whose mesh file differs at the end of
 	// the partition from its start; RemovedPeers lists peers missing.
 	MeshChanges  int
@@ -238,6 +242,7 @@ func S7ControlPlanePartitionPeering(ctx context.Context, c *sandbox.Cluster, opt
 	}
 	res.AllNotReady = time.Since(allDown)
 	res.SetChanges = rec.count()
+	res.DocumentWrites = rec.documentWrites()
 
 	// The partition heals.
 	for _, n := range c.NodeNames {
@@ -264,11 +269,33 @@ func S7ControlPlanePartitionPeering(ctx context.Context, c *sandbox.Cluster, opt
 	return res, nil
 }
 
-// setRecorder counts changes of the published set document (its data)
-// and of the nodes' in-set labels, from watches.
+// setRecorder counts, from watches, changes of the published set's
+// membership (names, addresses, ports: what agents render) and of the
+// nodes' in-set labels; writes counts every change of the document (its
+// members' Ready flags and the freeze are published too).
 type setRecorder struct {
 	mu      sync.Mutex
 	changes int
+	writes  int
+}
+
+func (r *setRecorder) documentWrites() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.writes
+}
+
+// membership is the render-relevant part of a published document.
+func membership(data string) string {
+	s, err := peering.ParsePeerSet(data)
+	if err != nil {
+		return "unreadable: " + err.Error()
+	}
+	var b strings.Builder
+	for _, p := range s.Peers {
+		fmt.Fprintf(&b, "%s=%s:%d;", p.Name, p.Address, p.Port)
+	}
+	return b.String()
 }
 
 func (r *setRecorder) count() int {
@@ -287,7 +314,7 @@ func (r *setRecorder) start(ctx context.Context, c *sandbox.Cluster, set types.N
 		cms.Stop()
 		return err
 	}
-	data := ""
+	data, raw := "", ""
 	labels := map[string]string{}
 	first := map[string]bool{}
 	go func() {
@@ -305,12 +332,15 @@ func (r *setRecorder) start(ctx context.Context, c *sandbox.Cluster, set types.N
 				if !isCM || ev.Type == watch.Bookmark {
 					continue
 				}
-				v := cm.Data[peering.PeerSetKey]
+				v := membership(cm.Data[peering.PeerSetKey])
 				r.mu.Lock()
 				if data != "" && v != data {
 					r.changes++
 				}
-				data = v
+				if data != "" && cm.Data[peering.PeerSetKey] != raw {
+					r.writes++
+				}
+				data, raw = v, cm.Data[peering.PeerSetKey]
 				r.mu.Unlock()
 			case ev, ok := <-nodes.ResultChan():
 				if !ok {

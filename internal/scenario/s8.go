@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"rebound/deploy"
 	"rebound/internal/agent"
@@ -53,6 +55,12 @@ type S8Confinement struct {
 	OtherReport error
 	TaintOther  error
 	LabelOwn    error
+	// AgentPodAdmitted: the DaemonSet's pod (hostNetwork, uid 0), created
+	// with a server-side dry run in its namespace rebound-agent (must be
+	// admitted); AgentPodInControllerNamespace: the same in the
+	// controller's restricted namespace (must be refused).
+	AgentPodAdmitted              error
+	AgentPodInControllerNamespace error
 }
 
 // S8AgentCredential installs deploy/'s agent confinement (the
@@ -86,6 +94,28 @@ func S8AgentCredential(ctx context.Context, c *sandbox.Cluster, node, other stri
 	if _, err := c.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return res, err
 	}
+
+	// The DaemonSet's own pod passes its namespace's Pod Security level,
+	// and would not pass the controller's.
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict(deploy.AgentDaemonSet, &ds); err != nil {
+		return res, fmt.Errorf("deploy/agent/daemonset.yaml: %w", err)
+	}
+	dsPod := func(ns string) error {
+		// kube-controller-manager creates every namespace's "default"
+		// ServiceAccount eventually; do not wait for it.
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}}
+		if _, err := c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "rebound-agent-"}, Spec: ds.Spec.Template.Spec}
+		p.Spec.NodeName = node
+		p.Spec.ServiceAccountName = "default" // exists in every namespace: only Pod Security can refuse
+		_, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	res.AgentPodAdmitted = dsPod(ds.Namespace)
+	res.AgentPodInControllerNamespace = dsPod(peering.DefaultPeerSetNamespace)
 
 	// A pod of the agent's ServiceAccount on node, as the DaemonSet's.
 	pod := &corev1.Pod{

@@ -26,8 +26,8 @@ type Workload struct {
 	// and coredns are (system-cluster-critical).
 	PriorityClass string
 	// MinReadySeconds is the Deployment's: a pod counts as available only
-	// after being Ready that long (S9 sets an hour, so that the workload
-	// stays short whatever happens).
+	// after being Ready that long (S9 sets 500 s, so that the workload
+	// stays short for the whole test).
 	MinReadySeconds int32
 	// AllowedNodes, when set, is a required node affinity: the pods run
 	// only there (S9 keeps its short Deployment off the node that dies

@@ -20,16 +20,34 @@ import (
 // which diagnose does not read).
 func (e *explainer) explainBGP() {
 	b := &e.report.BGP
-	b.Nodes, b.KeptNotReady, b.LeftOut = []BGPNode{}, []BGPMember{}, []BGPMember{}
-
+	b.Nodes, b.KeptNotReady, b.LeftOut, b.Budgets = []BGPNode{}, []BGPMember{}, []BGPMember{}, []BGPBudget{}
 	names := slices.Sorted(maps.Keys(e.nodes))
+	st, managed := e.bgpStatus(names)
+	if !managed {
+		return
+	}
+	kept := e.bgpMembers(names, st)
+	waitedFor := e.bgpReports(kept)
+	for _, name := range slices.Sorted(maps.Keys(kept)) {
+		if waitedFor[name] {
+			continue
+		}
+		m := kept[name]
+		e.add(Finding{Impact: ImpactInfo, Kind: "BGPKeptNotReady", Object: "Node " + name,
+			Cause: fmt.Sprintf("NotReady but still in the BGP peer set (%s: %s): a BIRD that restarts now waits for it in graceful-restart recovery", m.Reason, m.Message),
+			Since: m.NotReadySince})
+	}
+	e.bgpBudgets(names)
+}
+
+// bgpStatus says whether rebound's peering is in use (agents report, or
+// nodes carry the set's label) and reads the published membership.
+func (e *explainer) bgpStatus(names []string) (st peering.State, managed bool) {
+	b := &e.report.BGP
 	anyReport, anyLabel := len(e.x.PeeringReports) > 0, false
-	var pnodes []peering.Node
-	st := peering.State{Nodes: map[string]peering.NodeState{}}
+	st = peering.State{Nodes: map[string]peering.NodeState{}}
 	for _, name := range names {
-		n := e.nodes[name].node
-		pnodes = append(pnodes, kube.PlannerNode(n))
-		switch n.Labels[peering.LabelInSet] {
+		switch e.nodes[name].node.Labels[peering.LabelInSet] {
 		case "true":
 			anyLabel = true
 			st.Nodes[name] = peering.NodeState{InSet: true}
@@ -47,9 +65,20 @@ func (e *explainer) explainBGP() {
 	default:
 		b.Status = "NotManaged"
 		b.Message = fmt.Sprintf("no agent reports found, and no node carries the %s label: rebound's BGP peering is not in use", peering.LabelInSet)
-		return
+		return st, false
 	}
+	return st, true
+}
 
+// bgpMembers explains each node's membership with the planner's own
+// reasons (and a freeze of the published set) and returns the NotReady
+// nodes the set still keeps.
+func (e *explainer) bgpMembers(names []string, st peering.State) map[string]BGPMember {
+	b := &e.report.BGP
+	var pnodes []peering.Node
+	for _, name := range names {
+		pnodes = append(pnodes, kube.PlannerNode(e.nodes[name].node))
+	}
 	res := peering.Plan(peering.Input{Nodes: pnodes, Reports: e.x.PeeringReports, State: st, Config: e.x.Peering}, e.now)
 	if ps := e.x.PeerSet; ps != nil && ps.Frozen {
 		b.Frozen, b.FrozenReason = true, ps.FrozenReason
@@ -65,7 +94,6 @@ func (e *explainer) explainBGP() {
 	for _, d := range res.Decisions {
 		decisions[d.Name] = d
 	}
-
 	kept := map[string]BGPMember{}
 	for _, name := range names {
 		ni := e.nodes[name]
@@ -95,7 +123,13 @@ func (e *explainer) explainBGP() {
 			kept[name] = m
 		}
 	}
+	return kept
+}
 
+// bgpReports reads every agent's PeeringReport into BGP.Nodes and
+// findings; it returns the kept NotReady peers some BIRD waits for.
+func (e *explainer) bgpReports(kept map[string]BGPMember) map[string]bool {
+	b := &e.report.BGP
 	waitedFor := map[string]bool{}
 	maxAge := e.x.Peering.Evidence.ReportMaxAge
 	for _, r := range e.x.PeeringReports {
@@ -113,20 +147,7 @@ func (e *explainer) explainBGP() {
 				bn.Established++
 				continue
 			}
-			pi, known := e.nodes[ss.Peer]
-			w := BGPWait{Peer: ss.Peer, State: ss.State, PeerReady: known && pi.ready}
-			since := ni.since
-			if known {
-				w.PeerInSet = pi.node.Labels[peering.LabelInSet]
-				if pi.since.After(since) {
-					since = pi.since
-				}
-			}
-			w.Since = since.UTC()
-			if m, ok := kept[ss.Peer]; ok {
-				w.Reason = m.Reason + ": " + m.Message
-			}
-			bn.Waiting = append(bn.Waiting, w)
+			bn.Waiting = append(bn.Waiting, e.bgpWait(ni, ss, kept))
 		}
 		b.Nodes = append(b.Nodes, bn)
 		e.bgpNodeFindings(bn, kept, waitedFor)
@@ -134,16 +155,25 @@ func (e *explainer) explainBGP() {
 	if len(b.Nodes) > 0 {
 		b.Message = fmt.Sprintf("%d node(s) report their BGP sessions", len(b.Nodes))
 	}
+	return waitedFor
+}
 
-	for _, name := range slices.Sorted(maps.Keys(kept)) {
-		if waitedFor[name] {
-			continue
+// bgpWait describes one session of a reporter that is not Established.
+func (e *explainer) bgpWait(ni nodeInfo, ss peering.Session, kept map[string]BGPMember) BGPWait {
+	pi, known := e.nodes[ss.Peer]
+	w := BGPWait{Peer: ss.Peer, State: ss.State, PeerReady: known && pi.ready}
+	since := ni.since
+	if known {
+		w.PeerInSet = pi.node.Labels[peering.LabelInSet]
+		if pi.since.After(since) {
+			since = pi.since
 		}
-		m := kept[name]
-		e.add(Finding{Impact: ImpactInfo, Kind: "BGPKeptNotReady", Object: "Node " + name,
-			Cause: fmt.Sprintf("NotReady but still in the BGP peer set (%s: %s): a BIRD that restarts now waits for it in graceful-restart recovery", m.Reason, m.Message),
-			Since: m.NotReadySince})
 	}
+	w.Since = since.UTC()
+	if m, ok := kept[ss.Peer]; ok {
+		w.Reason = m.Reason + ": " + m.Message
+	}
+	return w
 }
 
 // bgpNodeFindings turns one agent's report into findings. A NotReady

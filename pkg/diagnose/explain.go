@@ -53,6 +53,8 @@ type Extra struct {
 	// Peering is the peering planner's configuration (prune grace
 	// period), used to explain why a node is in or out of the peer set.
 	Peering peering.Config
+	// BGP are the BGP timers of the blackhole budget.
+	BGP BGPSettings
 	// PeeringReports are the agents' PeeringReports that could be read
 	// (Gather warns about the others).
 	PeeringReports []peering.Report

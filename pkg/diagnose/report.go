@@ -227,6 +227,9 @@ type BGP struct {
 	FrozenReason string `json:"frozenReason,omitempty"`
 	// LeftOut are the nodes labelled out of the peer set, with why.
 	LeftOut []BGPMember `json:"leftOut"`
+	// Budgets are every node's blackhole budget (see BGPBudget), sorted
+	// by node name; empty when rebound's peering is not in use.
+	Budgets []BGPBudget `json:"budgets"`
 }
 
 // BGPNode is one agent's report.

@@ -118,6 +118,12 @@ func WriteText(w io.Writer, r Report) error {
 	for _, m := range r.BGP.LeftOut {
 		p.wrapped("  ", fmt.Sprintf("left out of the set: %s (%s: %s)", m.Node, m.Reason, m.Message))
 	}
+	if len(r.BGP.Budgets) > 0 {
+		p.line("  blackhole budget (worst case after a failure: detection + graceful restart + wait on return):")
+	}
+	for _, bb := range r.BGP.Budgets {
+		p.wrapped("    ", budgetLine(bb))
+	}
 
 	p.section("RecoveryPolicies (critical: their pods on NotReady nodes)")
 	if len(r.Policies) == 0 {

@@ -104,9 +104,9 @@ func TestFaultAgentAPIOutage(t *testing.T) {
 
 // meshState is what an API outage must not change, per node.
 type meshState struct {
-	include  string            // the agent's BIRD include
+	include  string             // the agent's BIRD include
 	sessions map[string]session // by protocol
-	ready    int               // /readyz status code
+	ready    int                // /readyz status code
 	reloads  int
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -16,6 +17,8 @@ import (
 	"rebound/internal/birdtest"
 	"rebound/internal/controller"
 	"rebound/internal/sandbox"
+	"rebound/internal/scenario"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -64,71 +67,138 @@ func TestS4Bird16(t *testing.T) { runS4(t, bird.Bird16, 11) }
 
 func TestS4Bird2(t *testing.T) { runS4(t, bird.Bird2, 13) }
 
-// s4Outcome is what the half without rebound measured.
+// s4Outcome is what the lane without rebound measured.
 type s4Outcome struct {
-	birdTable, kernel time.Duration
-	err               error
+	res scenario.S4Result
+	err error
 }
 
-// runS4 starts the half without rebound in the background before the test
-// goes parallel, so that its 4-minute wait overlaps with every other test
-// whatever `go test -parallel` allows; the half with rebound runs in the
-// test itself; then both are reported.
+// runS4 plays both lanes with scenario.RunS4, the runner the demo and
+// the bench play; the hooks add the sandbox Nodes, the controller and the
+// agents. The lane without rebound starts in the background before the
+// test goes parallel, so that its 4-minute wait overlaps with every other
+// test whatever `go test -parallel` allows; the lane with rebound runs in
+// the test itself; then both are reported.
 func runS4(t *testing.T, v bird.Version, net int) {
 	bins := birdtest.Require(t, v)
 	c := startSandbox(t, 6, sandbox.FastTimings())
 	tag := "bird" + strings.ReplaceAll(string(v), ".", "")
 
-	nsWO := netnsName(t, tag+"-wo")
-	labWO := s4Lab(t, c, bins, net, 0, false, nsWO)
 	bgCtx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	result := make(chan s4Outcome, 1)
 	done := make(chan struct{})
+	opts := s4Options(t, c, bins, tag+"-wo", net, 0)
+	opts.Cap = 330 * time.Second
+	opts.Hooks = s4BaselineHooks(c)
 	go func() {
 		defer close(done)
-		result <- s4WithoutRebound(bgCtx, c, labWO, nsWO != "", t.Logf)
+		res, err := scenario.RunS4(bgCtx, scenario.NewTimeline(nil), opts)
+		result <- s4Outcome{res: res, err: err}
 	}()
-	// Registered after the lab's cleanup, so it runs first: the background
-	// half has stopped before its daemons are.
 	t.Cleanup(func() { cancel(); <-done })
 
 	t.Parallel()
-	s4WithRebound(t, c, bins, tag, net+1)
+	with := s4WithRebound(t, c, bins, tag, net+1)
 
 	r := <-result
 	if r.err != nil {
 		t.Fatalf("without rebound: %v", r.err)
 	}
-	metric(t, "s4_"+tag+"_route_restore_without_rebound", r.birdTable.Seconds(), "s")
-	if nsWO != "" {
-		metric(t, "s4_"+tag+"_kernel_restore_without_rebound", r.kernel.Seconds(), "s")
-	}
-	if r.birdTable < s4WithoutAtLeast {
-		t.Errorf("without rebound A had B's route %s after B's BIRD started; the seed's failure holds it ~240 s (want >= %s)", r.birdTable, s4WithoutAtLeast)
-	}
-	if nsWO != "" && r.kernel < s4WithoutAtLeast {
-		t.Errorf("without rebound B's kernel had A's route %s after B's BIRD started, want >= %s", r.kernel, s4WithoutAtLeast)
+	wo := r.res
+	s4Metrics(t, tag, "without", wo)
+	metric(t, "s4_"+tag+"_speedup", wo.Recovery().Seconds()/with.Recovery().Seconds(), "x")
+	if wo.RouteOfB < s4WithoutAtLeast || (wo.KernelTable && wo.RoutesOnB < s4WithoutAtLeast) {
+		t.Errorf("without rebound A had B's route %s and B had A's %s after B's BIRD started; the seed's failure holds them ~240 s (want >= %s)",
+			wo.RouteOfB, wo.RoutesOnB, s4WithoutAtLeast)
 	}
 }
 
-// s4Lab builds the three BIRD nodes on the sandbox nodes first..first+2.
-func s4Lab(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, net, first int, include bool, ns string) *birdlab.Lab {
+// s4NotReadyToPruned measures, from the API's own timestamps, how long
+// after its NotReady transition each dead node left the set (the
+// controller's PeerSetRemoved Event), and checks it against the prune
+// grace period plus slack.
+func s4NotReadyToPruned(ctx context.Context, t *testing.T, c *sandbox.Cluster, dead []*birdlab.Node) {
 	t.Helper()
-	lab, err := birdlab.New(birdlab.Options{
-		Bins: bins, Nodes: 3, Net: net, Dir: shortDir(t),
-		GracefulRestartTime: s4GracefulRestartTime, GracefulRestartWait: bird.DefaultGracefulRestartWait,
-		Include: include, NetNS: ns, KernelNode: 1,
-		NodeName: func(i int) string { return c.NodeNames[first+i] },
-	})
-	if err != nil {
-		t.Fatal(err)
+	var worst time.Duration
+	for _, n := range dead {
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		must(t, err)
+		_, notReadyAt := kubestatus.NodeReadySince(node)
+		var removedAt time.Time
+		poll(ctx, t, 30*time.Second, n.Name+"'s PeerSetRemoved Event", func() (bool, string) {
+			evs, err := c.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+				FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.Name + ",reason=PeerSetRemoved",
+			})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, ev := range evs.Items {
+				if at := ev.CreationTimestamp.Time; at.After(notReadyAt) && (removedAt.IsZero() || at.Before(removedAt)) {
+					removedAt = at
+				}
+			}
+			return !removedAt.IsZero(), fmt.Sprintf("%d events", len(evs.Items))
+		})
+		worst = max(worst, removedAt.Sub(notReadyAt))
 	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Errorf("close lab: %v", err)
+	metric(t, "s4_notready_to_pruned", worst.Seconds(), "s")
+	if bound := s4PruneGrace + 5*time.Second; worst > bound {
+		t.Errorf("a dead node left the set %s after its NotReady transition, want <= grace %s + 5 s", worst, s4PruneGrace)
+	}
+}
+
+// s4Metrics prints a lane's measured delays, or fails when B and A never
+// got each other's routes.
+func s4Metrics(t *testing.T, tag, mode string, res scenario.S4Result) {
+	t.Helper()
+	if !res.Recovered {
+		t.Fatalf("%s rebound B and A lack each other's routes %s after B's BIRD started", mode, res.Cap)
+	}
+	metric(t, "s4_"+tag+"_route_restore_"+mode+"_rebound", res.RouteOfB.Seconds(), "s")
+	if res.KernelTable {
+		metric(t, "s4_"+tag+"_kernel_restore_"+mode+"_rebound", res.RoutesOnB.Seconds(), "s")
+	}
+	metric(t, "s4_"+tag+"_recovery_"+mode+"_rebound", res.Recovery().Seconds(), "s")
+}
+
+// s4Options are one lane's: three nodes on the sandbox Nodes
+// first..first+2, B and C die, B returns once its Node is Ready.
+func s4Options(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, tag string, net, first int) scenario.S4Options {
+	return scenario.S4Options{
+		Bins: bins, Nodes: 3, Net: net, Dir: shortDir(t), NetNS: netnsName(t, tag),
+		NodeName:            func(i int) string { return c.NodeNames[first+i] },
+		GracefulRestartTime: s4GracefulRestartTime,
+	}
+}
+
+// s4BaselineHooks: the sandbox Nodes of the dead BIRDs stop and turn
+// NotReady; B's Node is Ready again before its BIRD returns.
+func s4BaselineHooks(c *sandbox.Cluster) scenario.S4Hooks {
+	return scenario.S4Hooks{
+		Killed: func(ctx context.Context, _ *birdlab.Lab, dead []*birdlab.Node) error {
+			return s4StopNodes(ctx, c, dead)
+		},
+		Returning: func(ctx context.Context, _ *birdlab.Lab, b *birdlab.Node) error {
+			if err := c.StartNode(ctx, b.Name); err != nil {
+				return err
+			}
+			return c.WaitNodeReady(ctx, b.Name, true, 60*time.Second)
+		},
+	}
+}
+
+func s4StopNodes(ctx context.Context, c *sandbox.Cluster, dead []*birdlab.Node) error {
+	for _, n := range dead {
+		if err := c.StopNode(ctx, n.Name); err != nil {
+			return err
 		}
-	})
-	return lab
+	}
+	for _, n := range dead {
+		if err := c.WaitNodeReady(ctx, n.Name, false, 60*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // s4Converge waits until every node has every other node's /26, and the
@@ -160,45 +230,6 @@ func s4WaitConverged(ctx context.Context, lab *birdlab.Lab, withKernel bool) err
 		}
 		return true, ""
 	})
-}
-
-// s4Measure polls from B's start until A has B's /26 and (with a kernel)
-// B's kernel has A's /26, and returns both delays; an error after limit.
-func s4Measure(ctx context.Context, lab *birdlab.Lab, start time.Time, withKernel bool, limit time.Duration, logf func(string, ...any)) (birdTable, kernel time.Duration, err error) {
-	a, b := lab.Nodes[0], lab.Nodes[1]
-	birdTable, kernel = -1, -1
-	if !withKernel {
-		kernel = 0
-	}
-	lastLog := time.Now()
-	for birdTable < 0 || kernel < 0 {
-		if time.Since(start) > limit {
-			return 0, 0, fmt.Errorf("after %s: A has B's route: %v, B's kernel has A's route: %v", limit, birdTable >= 0, kernel >= 0)
-		}
-		if birdTable < 0 {
-			if ok, _ := birdlab.HasRoute(ctx, a, b.Route); ok {
-				birdTable = time.Since(start)
-			}
-		}
-		if kernel < 0 {
-			if ok, _ := lab.KernelHasRoute(a.Route); ok {
-				kernel = time.Since(start)
-			}
-		}
-		if time.Since(lastLog) > 30*time.Second {
-			lastLog = time.Now()
-			if st, err := b.Client().Status(ctx); err == nil && st.GracefulRestart != nil {
-				logf("%s after %s: B in graceful-restart recovery, waiting for %d %s, wait timer %s/%s",
-					b.Name, time.Since(start).Round(time.Second), st.GracefulRestart.Waiting, st.GracefulRestart.WaitingUnit, st.GracefulRestart.Remaining, st.GracefulRestart.Wait)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return 0, 0, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return birdTable, kernel, nil
 }
 
 // s4KillBC kills B's and C's BIRD, stops their Nodes, waits until A has
@@ -241,34 +272,6 @@ func s4KillBandC(ctx context.Context, c *sandbox.Cluster, lab *birdlab.Lab, stop
 	return nil
 }
 
-// s4WithoutRebound is the seed's failure; it runs in the background and
-// returns its errors instead of failing the test.
-func s4WithoutRebound(ctx context.Context, c *sandbox.Cluster, lab *birdlab.Lab, withKernel bool, logf func(string, ...any)) s4Outcome {
-	fail := func(err error) s4Outcome { return s4Outcome{err: err} }
-	if err := lab.StartAll(ctx); err != nil {
-		return fail(err)
-	}
-	if err := s4WaitConverged(ctx, lab, withKernel); err != nil {
-		return fail(err)
-	}
-	if err := s4KillBandC(ctx, c, lab); err != nil {
-		return fail(err)
-	}
-	b := lab.Nodes[1]
-	if err := c.StartNode(ctx, b.Name); err != nil {
-		return fail(err)
-	}
-	if err := c.WaitNodeReady(ctx, b.Name, true, 60*time.Second); err != nil {
-		return fail(err)
-	}
-	start := time.Now()
-	if err := lab.Start(ctx, b, true); err != nil {
-		return fail(err)
-	}
-	birdTable, kernel, err := s4Measure(ctx, lab, start, withKernel, 330*time.Second, logf)
-	return s4Outcome{birdTable: birdTable, kernel: kernel, err: err}
-}
-
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -281,108 +284,125 @@ func must(t *testing.T, err error) {
 // recovering BIRD; BIRD 2 keeps waiting for a peer a reconfiguration
 // removes (2.0.12, measured), so there B's agent starts first and leaves
 // the set, checked by BIRD's parser, in place for BIRD's start.
-func s4WithRebound(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, tag string, net int) {
+func s4WithRebound(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, tag string, net int) scenario.S4Result {
 	ctx := testContext(t, 9*time.Minute)
-	ns := netnsName(t, tag+"-w")
-	lab := s4Lab(t, c, bins, net, 3, true, ns)
-	a, b, cc := lab.Nodes[0], lab.Nodes[1], lab.Nodes[2]
-	for _, n := range lab.Nodes {
-		annotateBGP(ctx, t, c, n, s4HalfLabel+"=with")
+	opts := s4Options(t, c, bins, tag+"-w", net, 3)
+	opts.Rebound, opts.Cap = true, 2*time.Minute
+	// BFD on, as the agent's default: BIRD 2 only (several BIRD 1.6 on one
+	// host cannot share BFD's ports), with the dead nodes losing power
+	// (frozen) so that only BFD tells their peers at once.
+	withBFD := bins.Version == bird.Bird2
+	if withBFD {
+		opts.BFD, opts.Freeze = &bird.BFD{}, true
 	}
-	set := startPeeringController(t, c, controller.PeeringOptions{
-		Name:         "peering-s4-" + tag,
-		NodeSelector: labels.SelectorFromSet(labels.Set{s4HalfLabel: "with"}),
-		Config:       peering.Config{PruneGracePeriod: s4PruneGrace, Evidence: peering.EvidenceOptions{ReportMaxAge: s4ReportMaxAge}},
-		State:        controllerState("rebound-peering-s4-" + tag),
-	})
-	for _, n := range lab.Nodes {
-		waitInSet(ctx, t, c, n.Name, true, 30*time.Second)
-	}
-	must(t, lab.StartAll(ctx))
-	agentOpts := func(n *birdlab.Node) agent.Options {
+	var set types.NamespacedName // where the controller publishes the set
+	agentOpts := func(lab *birdlab.Lab, n *birdlab.Node) agent.Options {
 		return agent.Options{
 			PeerSet:  set,
+			BFD:      withBFD,
 			Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second,
 			// Readiness must come from the set, not from the up-time escape.
 			ReadyAfter: time.Hour,
 			BirdBinary: bins.Bird, BirdConfig: n.Config,
 		}
 	}
-	agentA := startAgent(t, c, lab, a, agentOpts(a))
-	agentB := startAgent(t, c, lab, b, agentOpts(b))
-	agentC := startAgent(t, c, lab, cc, agentOpts(cc))
-	s4Converge(ctx, t, lab, ns != "")
-	poll(ctx, t, 30*time.Second, "A ready with every peer Established", func() (bool, string) {
-		code, body := agentA.readyz()
-		return code == http.StatusOK, body
-	})
-
-	s4KillBC(ctx, t, c, lab, agentB.Stop, agentC.Stop)
-	// Once the controller left B and C out, A is ready although both are dead.
-	for _, n := range []*birdlab.Node{b, cc} {
-		waitInSet(ctx, t, c, n.Name, false, 60*time.Second)
-	}
-	poll(ctx, t, 30*time.Second, "A ready with its peers dead and out of the set", func() (bool, string) {
-		code, body := agentA.readyz()
-		return code == http.StatusOK, body
-	})
-
-	// B returns: Ready, back in the set, then A's agent peers with it again.
-	must(t, c.StartNode(ctx, b.Name))
-	waitInSet(ctx, t, c, b.Name, true, 60*time.Second)
-	poll(ctx, t, 30*time.Second, "A's BIRD has a session configured for B", func() (bool, string) {
-		protos, err := a.Client().Protocols(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, p := range protos {
-			if p.Name == bird.ProtocolName(b.Address) {
-				return true, ""
+	var agentA, agentB, agentC *runningAgent
+	opts.Hooks = scenario.S4Hooks{
+		Converged: func(ctx context.Context, lab *birdlab.Lab) error {
+			for _, n := range lab.Nodes {
+				annotateBGP(ctx, t, c, n, s4HalfLabel+"=with")
 			}
-		}
-		return false, "no protocol for B yet"
-	})
-	if in, _ := inSetLabel(ctx, c, cc.Name); in != "false" {
-		t.Fatalf("C's label is %q, want false: it is dead", in)
+			set = startPeeringController(t, c, controller.PeeringOptions{
+				Name:         "peering-s4-" + tag,
+				NodeSelector: labels.SelectorFromSet(labels.Set{s4HalfLabel: "with"}),
+				Config:       peering.Config{PruneGracePeriod: s4PruneGrace, Evidence: peering.EvidenceOptions{ReportMaxAge: s4ReportMaxAge}},
+				State:        controllerState("rebound-peering-s4-" + tag),
+			})
+			for _, n := range lab.Nodes {
+				waitInSet(ctx, t, c, n.Name, true, 30*time.Second)
+			}
+			a, b, cc := lab.Nodes[0], lab.Nodes[1], lab.Nodes[2]
+			agentA, agentB, agentC = startAgent(t, c, lab, a, agentOpts(lab, a)), startAgent(t, c, lab, b, agentOpts(lab, b)), startAgent(t, c, lab, cc, agentOpts(lab, cc))
+			poll(ctx, t, 30*time.Second, "A ready with every peer Established", func() (bool, string) {
+				code, body := agentA.readyz()
+				return code == http.StatusOK, body
+			})
+			return nil
+		},
+		Killed: func(ctx context.Context, lab *birdlab.Lab, dead []*birdlab.Node) error {
+			must(t, agentB.Stop())
+			must(t, agentC.Stop())
+			must(t, s4StopNodes(ctx, c, dead))
+			// Once the controller left B and C out, A is ready although both are dead.
+			for _, n := range dead {
+				waitInSet(ctx, t, c, n.Name, false, 60*time.Second)
+			}
+			if withBFD {
+				s4NotReadyToPruned(ctx, t, c, dead)
+			}
+			poll(ctx, t, 30*time.Second, "A ready with its peers dead and out of the set", func() (bool, string) {
+				code, body := agentA.readyz()
+				return code == http.StatusOK, body
+			})
+			return nil
+		},
+		Returning: func(ctx context.Context, lab *birdlab.Lab, b *birdlab.Node) error {
+			// B returns: Ready, back in the set, then A's agent peers with it again.
+			a, cc := lab.Nodes[0], lab.Nodes[2]
+			must(t, c.StartNode(ctx, b.Name))
+			waitInSet(ctx, t, c, b.Name, true, 60*time.Second)
+			poll(ctx, t, 30*time.Second, "A's BIRD has a session configured for B", func() (bool, string) {
+				protos, err := a.Client().Protocols(ctx)
+				if err != nil {
+					return false, err.Error()
+				}
+				for _, p := range protos {
+					if p.Name == bird.ProtocolName(b.Address) {
+						return true, ""
+					}
+				}
+				return false, "no protocol for B yet"
+			})
+			if in, _ := inSetLabel(ctx, c, cc.Name); in != "false" {
+				t.Fatalf("C's label is %q, want false: it is dead", in)
+			}
+			// B's include still holds what its agent wrote before B died (A and C).
+			if bins.Version == bird.Bird2 {
+				agentB = startAgent(t, c, lab, b, agentOpts(lab, b))
+				poll(ctx, t, 30*time.Second, "B's agent staged the set for BIRD's start", func() (bool, string) {
+					s := agentB.Stats()
+					return s.Staged >= 1, s.LastError
+				})
+			}
+			return nil
+		},
+		Returned: func(ctx context.Context, lab *birdlab.Lab, b *birdlab.Node) error {
+			if bins.Version != bird.Bird2 {
+				agentB = startAgent(t, c, lab, b, agentOpts(lab, b))
+			}
+			return nil
+		},
+		Measured: func(ctx context.Context, lab *birdlab.Lab, _ scenario.S4Result) error {
+			// Readiness: C is dead and outside the set; A and B are ready.
+			a, b := lab.Nodes[0], lab.Nodes[1]
+			for name, ag := range map[string]*runningAgent{a.Name: agentA, b.Name: agentB} {
+				poll(ctx, t, 30*time.Second, name+" /readyz with C dead and outside the set", func() (bool, string) {
+					code, body := ag.readyz()
+					return code == http.StatusOK, body
+				})
+				_, body := ag.readyz()
+				t.Logf("%s /readyz: %s", name, body)
+			}
+			return nil
+		},
 	}
-
-	// B's include still holds what its agent wrote before B died (A and C).
-	var start time.Time
-	if bins.Version == bird.Bird2 {
-		agentB = startAgent(t, c, lab, b, agentOpts(b))
-		poll(ctx, t, 30*time.Second, "B's agent staged the set for BIRD's start", func() (bool, string) {
-			s := agentB.Stats()
-			return s.Staged >= 1, s.LastError
-		})
-		start = time.Now()
-		must(t, lab.Start(ctx, b, true))
-	} else {
-		start = time.Now()
-		must(t, lab.Start(ctx, b, true))
-		agentB = startAgent(t, c, lab, b, agentOpts(b))
-	}
-	birdTable, kernel, err := s4Measure(ctx, lab, start, ns != "", 2*time.Minute, t.Logf)
+	res, err := scenario.RunS4(ctx, scenario.NewTimeline(testWriter(t)), opts)
 	must(t, err)
-	metric(t, "s4_"+tag+"_route_restore_with_rebound", birdTable.Seconds(), "s")
-	if ns != "" {
-		metric(t, "s4_"+tag+"_kernel_restore_with_rebound", kernel.Seconds(), "s")
+	s4Metrics(t, tag, "with", res)
+	if res.Recovery() > s4WithBound {
+		t.Errorf("with rebound A had B's route %s and B had A's %s after B's BIRD started, want <= %s", res.RouteOfB, res.RoutesOnB, s4WithBound)
 	}
-	if birdTable > s4WithBound {
-		t.Errorf("with rebound A had B's route %s after B's BIRD started, want <= %s", birdTable, s4WithBound)
-	}
-	if ns != "" && kernel > s4WithBound {
-		t.Errorf("with rebound B's kernel had A's route %s after B's BIRD started, want <= %s", kernel, s4WithBound)
-	}
-
-	// Readiness: C is dead and outside the set; A and B are ready.
-	for name, ag := range map[string]*runningAgent{a.Name: agentA, b.Name: agentB} {
-		poll(ctx, t, 30*time.Second, name+" /readyz with C dead and outside the set", func() (bool, string) {
-			code, body := ag.readyz()
-			return code == http.StatusOK, body
-		})
-		_, body := ag.readyz()
-		t.Logf("%s /readyz: %s", name, body)
-	}
+	return res
 }
 
 func controllerState(name string) types.NamespacedName {

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"rebound/internal/birdtest"
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
@@ -20,6 +23,7 @@ import (
 // still Established; the set says frozen and diagnose explains it. After
 // the nodes return the set is whole.
 func TestS7ControlPlanePartitionPeering(t *testing.T) {
+	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
 	bins := birdtest.Require(t, bird.Bird16)
 	c := startSandbox(t, 5, sandbox.FastTimings())
 	ctx := testContext(t, 8*time.Minute)
@@ -32,6 +36,7 @@ func TestS7ControlPlanePartitionPeering(t *testing.T) {
 	metric(t, "s7_all_notready", res.AllNotReady.Seconds(), "s")
 	fmt.Printf("METRIC s7_peer_set_changes=%d count\n", res.SetChanges)
 	fmt.Printf("METRIC s7_agent_mesh_changes=%d count\n", res.MeshChanges)
+	fmt.Printf("METRIC s7_peer_set_document_writes=%d count\n", res.DocumentWrites)
 	if res.AllNotReady < 3*opts.PruneGrace {
 		t.Errorf("every node NotReady for %v only, want at least 3x the prune grace %v", res.AllNotReady, opts.PruneGrace)
 	}

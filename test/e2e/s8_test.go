@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,15 +41,22 @@ func TestS8AgentCredentialConfined(t *testing.T) {
 	if res.ReadSet != nil {
 		t.Errorf("reading the published set %s by name: %v, want success", peering.DefaultPeerSetName, res.ReadSet)
 	}
+	if res.AgentPodAdmitted != nil {
+		t.Errorf("the agent DaemonSet's pod in its namespace: %v, want admitted", res.AgentPodAdmitted)
+	}
 	for what, err := range map[string]error{
-		"writing node-2's report":        res.OtherReport,
-		"tainting node-2 out-of-service": res.TaintOther,
-		"changing node-1's in-set label": res.LabelOwn,
-		"listing every ConfigMap":        res.ReadAllConfigMaps,
+		"the agent's pod in the restricted controller namespace": res.AgentPodInControllerNamespace,
+		"writing node-2's report":                                res.OtherReport,
+		"tainting node-2 out-of-service":                         res.TaintOther,
+		"changing node-1's in-set label":                         res.LabelOwn,
+		"listing every ConfigMap":                                res.ReadAllConfigMaps,
 	} {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("%s: %v, want Forbidden", what, err)
 		}
+	}
+	if err := res.AgentPodInControllerNamespace; err == nil || !strings.Contains(err.Error(), "PodSecurity") {
+		t.Errorf("the agent's pod in the controller's namespace must be refused by Pod Security: %v", err)
 	}
 	t.Logf("node-2's report refused: %v", res.OtherReport)
 }

@@ -21,7 +21,7 @@ import (
 // rebound's writes to it.
 func TestS9BounceOnce(t *testing.T) {
 	t.Parallel()
-	c := startSandbox(t, 5, sandbox.FastTimings())
+	c := startSandbox(t, 5, s7Timings())
 	ctx := testContext(t, 9*time.Minute)
 	const replacementTimeout = 10 * time.Second
 	cl := installRebound(ctx, t, c, writePolicy(t, "s9", s7PolicyTime))

@@ -189,3 +189,13 @@ func ParseConfigureReply(out string) error {
 	}
 	return fmt.Errorf("unexpected reply to `configure`: %04d %s", last.code, last.text)
 }
+
+// BFDSessions returns the parsed `show bfd sessions`; BIRD answers with an
+// error when no BFD protocol runs.
+func (c Client) BFDSessions(ctx context.Context) ([]BFDSession, error) {
+	out, err := c.Query(ctx, "show bfd sessions")
+	if err != nil {
+		return nil, err
+	}
+	return ParseShowBFDSessions(out)
+}

@@ -63,6 +63,10 @@ const (
 	// MaxGracefulRestartWait bounds the wait: BIRD accepts any number, but
 	// more than 18 hours is a typo, not a policy.
 	MaxGracefulRestartWait = 65535
+	// DefaultHoldTime is BIRD's BGP hold time, seconds: without BFD, a
+	// peer that vanishes without closing its TCP session (power loss) is
+	// noticed only after it.
+	DefaultHoldTime = 240
 	// DefaultBGPPort is BGP's well-known port, rendered as BIRD's default.
 	DefaultBGPPort = 179
 	// DefaultBFDInterval and DefaultBFDMultiplier detect a dead peer in

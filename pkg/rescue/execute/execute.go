@@ -216,6 +216,11 @@ func (e *Executor) Event(ctx context.Context, a rescue.Action, w rescue.Workload
 		ReportingController: e.Component,
 		ReportingInstance:   instance,
 	}
+	if ev.Action == "" {
+		// An Event about a decision not to act (NoTarget, Held); the API
+		// requires an action with eventTime.
+		ev.Action = "Hold"
+	}
 	_, err := e.Client.CoreV1().Events(regarding.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	return err
 }
