@@ -181,7 +181,7 @@ func cachedNodeNotReady(r client.Reader) nodeNotReadyFunc {
 		if err := r.Get(context.Background(), types.NamespacedName{Name: name}, &n, client.UnsafeDisableDeepCopy); err != nil {
 			return true
 		}
-		return rescue.NodeNotReady(&n)
+		return !kubestatus.NodeReady(&n)
 	}
 }
 
@@ -247,4 +247,52 @@ func trimmedChange() predicate.Predicate {
 		n.SetResourceVersion("")
 		return !equality.Semantic.DeepEqual(o, n)
 	}}
+}
+
+// anyNodeNotReady tells whether some cached node is NotReady: an incident.
+func anyNodeNotReady(r client.Reader) func() bool {
+	return func() bool {
+		var nodes corev1.NodeList
+		if err := r.List(context.Background(), &nodes, client.UnsafeDisableDeepCopy); err != nil {
+			return true
+		}
+		for i := range nodes.Items {
+			if !kubestatus.NodeReady(&nodes.Items[i]) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// ownerPredicate is for ReplicaSets and Deployments: their status matters
+// to a plan only while some node is NotReady (whether a stranded pod's
+// replacement is available); outside an incident only a change beyond
+// the status does (a scale-bounce annotation, the replica count). At
+// 1,000 nodes kube-controller-manager rewrote a ReplicaSet's status
+// ~25 times a second under load, and each started a pass
+// (rebound-bench scale).
+func ownerPredicate(incident func() bool) predicate.Predicate {
+	changed := trimmedChange()
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		if !changed.Update(e) {
+			return false
+		}
+		if incident() {
+			return true
+		}
+		o, n := e.ObjectOld.DeepCopyObject().(client.Object), e.ObjectNew.DeepCopyObject().(client.Object)
+		clearStatus(o)
+		clearStatus(n)
+		return changed.Update(event.UpdateEvent{ObjectOld: o, ObjectNew: n})
+	}}
+}
+
+func clearStatus(o client.Object) {
+	switch x := o.(type) {
+	case *appsv1.ReplicaSet:
+		x.Status = appsv1.ReplicaSetStatus{}
+	case *appsv1.Deployment:
+		x.Status = appsv1.DeploymentStatus{}
+	}
 }

@@ -104,3 +104,26 @@ func TestTrimmedChangeIgnoresResourceVersionOnly(t *testing.T) {
 		t.Error("a change of availability did not pass")
 	}
 }
+
+func TestOwnerPredicatePassesStatusOnlyDuringAnIncident(t *testing.T) {
+	rs := func(rv string, replicas, avail int32) client.Object {
+		return &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "r", ResourceVersion: rv},
+			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(replicas)}, Status: appsv1.ReplicaSetStatus{AvailableReplicas: avail}}
+	}
+	for _, tc := range []struct {
+		name     string
+		incident bool
+		old, new client.Object
+		want     bool
+	}{
+		{"status churn, no node NotReady", false, rs("1", 1, 1), rs("2", 1, 0), false},
+		{"status churn during an incident", true, rs("1", 1, 1), rs("2", 1, 0), true},
+		{"spec change, no node NotReady", false, rs("1", 1, 1), rs("2", 0, 1), true},
+		{"resourceVersion only, during an incident", true, rs("1", 1, 1), rs("2", 1, 1), false},
+	} {
+		pred := ownerPredicate(func() bool { return tc.incident })
+		if got := pred.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+			t.Errorf("%s: passes = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -115,12 +116,15 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", r.opts.Name)
 	now := r.opts.Clock.Now()
 
+	// Read-only views of the cache, not copies (see cache.go): at 1,000
+	// nodes and as many reports a deep copy per pass is most of its cost.
+	// Nothing below writes to them; patches go through fresh objects.
 	var list corev1.NodeList
-	if err := r.client.List(ctx, &list); err != nil {
+	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
 	}
 	var reports v1alpha1.PeeringReportList
-	if err := r.client.List(ctx, &reports); err != nil {
+	if err := r.client.List(ctx, &reports, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list PeeringReports: %w", err)
 	}
 	nodes, rs, bad := peeringSnapshot(list.Items, reports.Items, r.opts.NodeSelector)
@@ -253,7 +257,10 @@ func (r *PeeringReconciler) publishLabels(ctx context.Context, log logr.Logger, 
 			continue
 		}
 		patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, peering.LabelInSet, want)
-		if err := r.client.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		// A fresh object: the response is decoded into it, and n shares
+		// its maps with the cache.
+		target := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
+		if err := r.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
 			if !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("label node %s %s=%s: %w", n.Name, peering.LabelInSet, want, err))
 			}

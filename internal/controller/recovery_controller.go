@@ -118,6 +118,8 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 			pred = builder.WithPredicates(nodePredicate())
 		case *corev1.Pod:
 			pred = builder.WithPredicates(podPredicate(cachedNodeNotReady(mgr.GetCache())))
+		case *appsv1.ReplicaSet, *appsv1.Deployment:
+			pred = builder.WithPredicates(ownerPredicate(anyNodeNotReady(mgr.GetCache())))
 		}
 		b = b.Watches(obj, all, pred)
 	}
@@ -191,7 +193,7 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 	}
 	owners := plan.Workloads()
 	records := map[string][]v1alpha1.ActionRecord{}
-	acted := false
+	var toAct []rescue.Action
 	for _, a := range plan.Actions {
 		why := ""
 		switch {
@@ -208,12 +210,10 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 			r.announce(ctx, log, a, owners, why)
 			continue
 		}
-		if err := r.act(ctx, log, a, owners, records); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		acted = true
+		toAct = append(toAct, a)
 	}
+	actErrs, acted := r.actAll(ctx, log, toAct, owners, records) // recovery_parallel.go
+	errs = append(errs, actErrs...)
 	if err := r.updateStatuses(ctx, log, snap.Policies, plan, records); err != nil {
 		errs = append(errs, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/rescue"
 )
 
@@ -46,7 +47,7 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 		return s, fmt.Errorf("list %T: %w", &policies, err)
 	}
 	s.Nodes = pointers(nodes.Items)
-	incident := slices.ContainsFunc(s.Nodes, rescue.NodeNotReady)
+	incident := slices.ContainsFunc(s.Nodes, func(n *corev1.Node) bool { return !kubestatus.NodeReady(n) })
 	for _, n := range s.Nodes {
 		// The Ready nodes' pods too, during an incident only: the target
 		// check (pkg/rescue target.go) sums their requests to tell

@@ -80,9 +80,9 @@ func (o *Options) nodeZones() []string {
 	return out
 }
 
-// nodeAddress gives node i a distinct loopback address: 127.0.1.1 for
+// NodeAddress gives node i a distinct loopback address: 127.0.1.1 for
 // node-0, as before, and on into 127.0.2.x past 254 nodes.
-func nodeAddress(i int) string {
+func NodeAddress(i int) string {
 	n := i + 1
 	return fmt.Sprintf("127.0.%d.%d", 1+n/256, n%256)
 }
@@ -123,7 +123,7 @@ func (c *Cluster) createNodes(ctx context.Context, opts Options) error {
 				// Loopback addresses: nothing ever dials a fake node, and if
 				// something tried, it would stay on this machine.
 				Addresses: []corev1.NodeAddress{
-					{Type: corev1.NodeInternalIP, Address: nodeAddress(i)},
+					{Type: corev1.NodeInternalIP, Address: NodeAddress(i)},
 					{Type: corev1.NodeHostName, Address: name},
 				},
 			},

@@ -15,15 +15,13 @@ import (
 	"testing"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/internal/controller"
+	"rebound/internal/install"
 	"rebound/internal/sandbox"
 )
 
@@ -105,20 +103,9 @@ func applyFiles(ctx context.Context, t *testing.T, cl client.Client, dryRun bool
 func installRebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, policies ...string) client.Client {
 	t.Helper()
 	cl := newClient(t, c)
-	applyFiles(ctx, t, cl, false, repoPath("deploy/crd/rebound.dev_recoverypolicies.yaml"), repoPath("deploy/controller/namespace.yaml"))
-	applyFiles(ctx, t, cl, false, rbacFiles()...)
-	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: sandbox.ReboundUser}}
-	for _, obj := range []client.Object{
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "rebound-e2e-user"}, Subjects: subject,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "rebound-controller"}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "rebound-e2e-user", Namespace: "rebound-system"}, Subjects: subject,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "rebound-leader-election"}},
-	} {
-		if err := cl.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
+	if err := install.ControllerFor(ctx, cl, "rebound-e2e", sandbox.ReboundUser); err != nil {
+		t.Fatal(err)
 	}
-	waitCRDEstablished(ctx, t, cl, "recoverypolicies.rebound.dev")
 	if len(policies) > 0 {
 		applyFiles(ctx, t, cl, false, policies...)
 	}
@@ -138,20 +125,8 @@ func rbacFiles() []string {
 
 func waitCRDEstablished(ctx context.Context, t *testing.T, cl client.Client, name string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		var crd apiextensionsv1.CustomResourceDefinition
-		if err := cl.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
-			return false, nil //nolint:nilerr // poll until the deadline
-		}
-		for _, cond := range crd.Status.Conditions {
-			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("CRD %s not established: %v", name, err)
+	if err := install.WaitCRDEstablished(ctx, cl, name, 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 

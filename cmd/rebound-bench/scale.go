@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"rebound/internal/sandbox"
+	"rebound/internal/scale"
+)
+
+func runScale(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
+	var (
+		nodesFlag   = fs.String("nodes", "100,300,1000", "cluster sizes to measure, comma-separated; one size runs in a few minutes")
+		podsPerNode = fs.Int("pods-per-node", 20, "pods per node besides the rescued ones (a DaemonSet pod and Deployments of 64 replicas)")
+		critical    = fs.Int("critical", 200, "critical single-replica Deployments placed on the nodes that die")
+		victims     = fs.Int("victims", 0, "nodes that die (0: 100, or 60% of a smaller cluster)")
+		policies    = fs.Int("policies", 20, "RecoveryPolicies (and namespaces) the critical pods are spread over; one policy takes at most 10 actions a minute (its status keeps 10 records), so 1 measures that cap")
+		steady      = fs.Duration("steady", time.Minute, "how long the idle controller is watched")
+		peeringOn   = fs.Bool("peering", true, "also measure the peering controller and one agent's API traffic with every node reporting")
+		fast        = fs.Bool("fast", false, "use the tests' short timings (lease 8s, grace 12s) instead of upstream's (40s, 50s); heavier on the apiserver")
+		bin         = fs.String("rebound", "", "the rebound binary to run as the controller (default: built from this checkout)")
+		output      = fs.String("o", "text", "output: text (table and METRIC lines) or json")
+		keep        = fs.Bool("keep", false, "keep the sandboxes' folders (logs, audit log) after the run, and print where")
+	)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: rebound-bench scale [flags]
+
+Runs rebound's recovery controller, as its own process, on a sandbox of N kwok
+nodes with about 20 pods per node, and measures: its memory at rest and its
+peak during a rescue, CPU per minute at rest, its API requests per minute at
+rest by verb (from the apiserver's audit log), the time from each stranded
+pod's policy deadline to rebound's delete for critical pods on nodes that die
+in a PartialDisruption zone, and the mean planning pass. The sandbox's own
+processes (apiserver, etcd, kwok, ...) are measured too: they are what limits
+the size on a small machine.
+
+  rebound-bench scale --nodes 100          # one size, a few minutes
+  rebound-bench scale                      # 100, 300 and 1,000 nodes
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *output != "text" && *output != "json" {
+		return fmt.Errorf("-o %q: use text or json", *output)
+	}
+	var sizes []int
+	for _, s := range strings.Split(*nodesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 10 || n > sandbox.MaxNodes {
+			return fmt.Errorf("--nodes %q: each size must be a number from 10 to %d", *nodesFlag, sandbox.MaxNodes)
+		}
+		sizes = append(sizes, n)
+	}
+	// The bench's own clients log nothing worth reading.
+	ctrl.SetLogger(logr.Discard())
+	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Progress: os.Stderr})
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "rebound-bench-scale-")
+	if err != nil {
+		return err
+	}
+	if *keep {
+		fmt.Fprintf(os.Stderr, "scale: sandboxes in %s (kept)\n", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+	if *bin == "" {
+		if *bin, err = scale.BuildRebound(ctx, tmp); err != nil {
+			return err
+		}
+	}
+	timings := sandbox.DefaultTimings()
+	if *fast {
+		timings = sandbox.FastTimings()
+	}
+
+	var results []scale.Result
+	for _, n := range sizes {
+		o := scale.Options{Nodes: n, Victims: *victims, CriticalPods: *critical, Policies: *policies, Peering: *peeringOn, PodsPerNode: *podsPerNode, Steady: *steady, ReboundBin: *bin, Progress: os.Stderr}
+		fmt.Fprintf(os.Stderr, "scale: %d nodes\n", n)
+		res, err := measureSize(ctx, bins, filepath.Join(tmp, strconv.Itoa(n)), o, timings)
+		if err != nil {
+			return fmt.Errorf("%d nodes: %w", n, err)
+		}
+		results = append(results, res)
+		if *output == "text" {
+			printScaleMetrics(os.Stdout, o, res)
+		}
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(results)
+	}
+	printScaleTable(os.Stdout, results)
+	return nil
+}
+
+func measureSize(ctx context.Context, bins sandbox.Binaries, dir string, o scale.Options, timings sandbox.Timings) (scale.Result, error) {
+	opts, err := scale.SandboxOptions(o, timings)
+	if err != nil {
+		return scale.Result{}, err
+	}
+	opts.Dir, opts.Binaries, opts.Progress = dir, bins, os.Stderr
+	t0 := time.Now()
+	c, err := sandbox.Start(ctx, opts)
+	if err != nil {
+		return scale.Result{}, err
+	}
+	defer c.Stop()
+	fmt.Fprintf(os.Stderr, "  sandbox of %d nodes up in %s\n", o.Nodes, time.Since(t0).Round(time.Second))
+	return scale.Run(ctx, c, o)
+}
+
+func printScaleMetrics(w io.Writer, o scale.Options, r scale.Result) {
+	p := fmt.Sprintf("scale%d_", r.Nodes)
+	fmt.Fprintf(w, "CONFIG %spods_per_node=%d count\n", p, o.PodsPerNode)
+	fmt.Fprintf(w, "CONFIG %scritical_pods=%d count\n", p, o.CriticalPods)
+	fmt.Fprintf(w, "CONFIG %spolicies=%d count\n", p, o.Policies)
+	fmt.Fprintf(w, "METRIC %spods=%d count\n", p, r.Pods)
+	fmt.Fprintf(w, "METRIC %spopulate_seconds=%.0f s\n", p, r.Population.Took.Seconds())
+	fmt.Fprintf(w, "METRIC %scontroller_rss_steady=%.1f MiB\n", p, r.SteadyRSSMiB)
+	fmt.Fprintf(w, "METRIC %scontroller_rss_peak=%.1f MiB\n", p, r.PeakRSSMiB)
+	fmt.Fprintf(w, "METRIC %scontroller_cpu_per_min=%.2f s\n", p, r.CPUPerMin)
+	fmt.Fprintf(w, "METRIC %sidle_requests_per_min=%.1f count\n", p, r.Idle.PerMinute(total(r.Idle.ByVerb)))
+	fmt.Fprintf(w, "METRIC %sidle_writes_per_min=%.1f count\n", p, r.Idle.PerMinute(r.Idle.Writes))
+	fmt.Fprintf(w, "METRIC %sidle_lease_renewals_per_min=%.1f count\n", p, r.Idle.PerMinute(r.Idle.LeaseWrites))
+	fmt.Fprintf(w, "METRIC %sidle_passes_per_min=%.1f count\n", p, r.Idle.PerMinute(r.IdlePasses))
+	fmt.Fprintf(w, "METRIC %sstranded_pods=%d count\n", p, r.Stranded)
+	fmt.Fprintf(w, "METRIC %sdeleted_pods=%d count\n", p, r.Deleted)
+	fmt.Fprintf(w, "METRIC %srepeated_deletes=%d count\n", p, r.Repeated)
+	fmt.Fprintf(w, "METRIC %sdeadline_to_delete_p50=%.3f s\n", p, r.P50)
+	fmt.Fprintf(w, "METRIC %sdeadline_to_delete_p99=%.3f s\n", p, r.P99)
+	fmt.Fprintf(w, "METRIC %spass_ms=%.1f ms\n", p, r.PassMs)
+	if pr := r.Peering; pr != nil {
+		fmt.Fprintf(w, "METRIC %sagent_bytes_per_min=%.0f bytes\n", p, pr.AgentBytesPerMin)
+		fmt.Fprintf(w, "METRIC %speering_reports_per_min=%.0f count\n", p, pr.ReportsPerMin)
+		fmt.Fprintf(w, "METRIC %speering_controller_rss=%.1f MiB\n", p, pr.ControllerRSSMiB)
+		fmt.Fprintf(w, "METRIC %speering_controller_rss_peak=%.1f MiB\n", p, pr.ControllerPeakMiB)
+	}
+	fmt.Fprintf(os.Stderr, "  latest delete after its deadline: %s\n", r.Latest)
+	for _, name := range slices.Sorted(maps.Keys(r.Components)) {
+		u := r.Components[name]
+		fmt.Fprintf(w, "METRIC %s%s_rss=%.0f MiB\n", p, metricName(name), u.RSSMiB)
+		fmt.Fprintf(w, "METRIC %s%s_cpu_per_min=%.1f s\n", p, metricName(name), u.CPUPerMin)
+	}
+}
+
+func printScaleTable(w io.Writer, rs []scale.Result) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "nodes\tpods\tRSS steady MiB\tRSS peak MiB\tCPU s/min\tidle req/min\tidle writes/min\tdeleted/stranded\tdeadline→delete p50 s\tp99 s\tpass ms\tagent bytes/min\tpeering RSS MiB\t")
+	for _, r := range rs {
+		agentBytes, peeringRSS := "-", "-"
+		if pr := r.Peering; pr != nil {
+			agentBytes, peeringRSS = fmt.Sprintf("%.0f", pr.AgentBytesPerMin), fmt.Sprintf("%.1f", pr.ControllerRSSMiB)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.2f\t%.1f\t%.1f\t%d/%d\t%.3f\t%.3f\t%.1f\t%s\t%s\t\n", r.Nodes, r.Pods, r.SteadyRSSMiB, r.PeakRSSMiB, r.CPUPerMin,
+			r.Idle.PerMinute(total(r.Idle.ByVerb)), r.Idle.PerMinute(r.Idle.Writes), r.Deleted, r.Stranded, r.P50, r.P99, r.PassMs, agentBytes, peeringRSS)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "nodes\tidle requests by verb (per min; lease renewals of leader election included)\tsandbox at rest: RSS MiB / CPU s per min")
+	for _, r := range rs {
+		var verbs, comps []string
+		for _, v := range slices.Sorted(maps.Keys(r.Idle.ByVerb)) {
+			verbs = append(verbs, fmt.Sprintf("%s %.1f", v, r.Idle.PerMinute(r.Idle.ByVerb[v])))
+		}
+		for _, name := range slices.Sorted(maps.Keys(r.Components)) {
+			u := r.Components[name]
+			comps = append(comps, fmt.Sprintf("%s %.0f/%.1f", name, u.RSSMiB, u.CPUPerMin))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", r.Nodes, strings.Join(verbs, ", "), strings.Join(comps, ", "))
+	}
+	tw.Flush()
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func metricName(component string) string { return strings.ReplaceAll(component, "-", "_") }
