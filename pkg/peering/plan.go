@@ -44,29 +44,31 @@ func Plan(in Input, now time.Time) Result {
 	ev := AliveEvidence(nodes, in.Reports, now, cfg.Evidence)
 	dups := duplicateAddresses(nodes, in.State)
 
-	res := Result{State: State{Nodes: make(map[string]NodeState, len(nodes))}}
+	res := Result{State: State{Nodes: make(map[string]NodeState, len(nodes)), ThawedAt: in.State.ThawedAt}}
 	decisions := make([]decision, len(nodes))
-	allNotReady := len(nodes) > 0
-	prevIn, leaving, confirmed := 0, 0, 0
-	for i, n := range nodes {
-		prev, known := in.State.Nodes[n.Name]
-		wasIn := known && prev.InSet
-		if n.Ready {
-			allNotReady = false
-		}
-		d := decide(cfg, n, prev, known, ev.Alive[n.Name], ev.BFDDownSince[n.Name], now)
-		if dups[n.Name] != "" {
-			d = decision{reason: OutDuplicate, message: dups[n.Name]}
-		}
-		decisions[i] = d
-		if wasIn || d.inSet {
-			// The share counts against every member of this step had
-			// nobody left: the old members and those joining now, so
-			// that re-planning from the result decides the same.
-			prevIn++
-		}
-		if wasIn {
-			if !d.inSet {
+	var allNotReady bool
+	var prevIn, leaving, confirmed int
+	assess := func(thawedAt time.Time) {
+		allNotReady = len(nodes) > 0
+		prevIn, leaving, confirmed = 0, 0, 0
+		for i, n := range nodes {
+			prev, known := in.State.Nodes[n.Name]
+			wasIn := known && prev.InSet
+			if n.Ready {
+				allNotReady = false
+			}
+			d := decide(cfg, n, prev, known, ev.Alive[n.Name], ev.BFDDownSince[n.Name], thawedAt, now)
+			if dups[n.Name] != "" {
+				d = decision{reason: OutDuplicate, message: dups[n.Name]}
+			}
+			decisions[i] = d
+			if wasIn || d.inSet {
+				// The share counts against every member of this step had
+				// nobody left: the old members and those joining now, so
+				// that re-planning from the result decides the same.
+				prevIn++
+			}
+			if wasIn && !d.inSet {
 				leaving++
 				if ev.Down[n.Name] != "" {
 					confirmed++
@@ -74,15 +76,38 @@ func Plan(in Input, now time.Time) Result {
 			}
 		}
 	}
+	freeze := func() {
+		res.Frozen, res.FrozenReason = false, ""
+		switch unconfirmed := leaving - confirmed; {
+		case allNotReady:
+			res.Frozen = true
+			res.FrozenReason = fmt.Sprintf("full disruption: all %d nodes are NotReady, so the control plane is the likelier side cut off; nobody leaves the set until a node is Ready again", len(nodes))
+		case float64(unconfirmed) > cfg.MaxLeaveShare*float64(prevIn):
+			res.Frozen = true
+			res.FrozenReason = fmt.Sprintf("%d of the %d members would leave at once without a live peer confirming them down, more than the %g share allowed; nobody leaves until fewer would, or their peers report them down", unconfirmed, prevIn, cfg.MaxLeaveShare)
+		}
+	}
 
 	// The set never collapses (issue 9).
-	switch unconfirmed := leaving - confirmed; {
-	case allNotReady:
-		res.Frozen = true
-		res.FrozenReason = fmt.Sprintf("full disruption: all %d nodes are NotReady, so the control plane is the likelier side cut off; nobody leaves the set until a node is Ready again", len(nodes))
-	case float64(unconfirmed) > cfg.MaxLeaveShare*float64(prevIn):
-		res.Frozen = true
-		res.FrozenReason = fmt.Sprintf("%d of the %d members would leave at once without a live peer confirming them down, more than the %g share allowed; nobody leaves until fewer would, or their peers report them down", unconfirmed, prevIn, cfg.MaxLeaveShare)
+	assess(in.State.ThawedAt)
+	freeze()
+	switch {
+	case res.Frozen:
+		res.State.FrozenSince = in.State.FrozenSince
+		if res.State.FrozenSince.IsZero() {
+			res.State.FrozenSince = now
+		}
+	case !in.State.FrozenSince.IsZero():
+		// The freeze ends now. A partition heals node by node: the nodes
+		// still NotReady were NotReady through the freeze, when nobody
+		// could tell a dead node from a cut-off one, so their grace
+		// starts over from the thaw, as kube-controller-manager restarts
+		// its eviction clocks when a full disruption ends. Without this
+		// the first nodes back would prune the rest a moment before
+		// they return.
+		res.State.ThawedAt = now
+		assess(now)
+		freeze()
 	}
 	res.Floor = prevIn - int(cfg.MaxLeaveShare*float64(prevIn))
 
@@ -243,7 +268,7 @@ type decision struct {
 }
 
 // decide applies the membership rules to one node, first match wins.
-func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDownSince time.Time, now time.Time) decision {
+func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDownSince, thawedAt, now time.Time) decision {
 	switch {
 	case !n.Address.IsValid():
 		return decision{reason: OutNoAddress, message: "no valid BGP address: nothing to peer with"}
@@ -272,6 +297,11 @@ func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDow
 	if known && prev.Since.After(streakStart) {
 		// Re-added after a removal: the streak cannot predate the rejoin.
 		streakStart = prev.Since
+	}
+	if known && thawedAt.After(streakStart) {
+		// NotReady through a freeze of the set: the grace counts from
+		// the thaw (see Plan).
+		streakStart = thawedAt
 	}
 	var assumedStart time.Time
 	if streakStart.IsZero() {

@@ -143,6 +143,14 @@ func (c Config) Validate() error {
 type State struct {
 	// Nodes holds one entry per node the planner has seen, by name.
 	Nodes map[string]NodeState `json:"nodes,omitempty"`
+	// FrozenSince is when the set last froze; zero while it is not
+	// frozen.
+	FrozenSince time.Time `json:"frozenSince,omitzero"`
+	// ThawedAt is when the last freeze ended: a NotReady streak never
+	// counts from before it, so nodes that were NotReady through a freeze
+	// get a whole grace period after it (a partition healing node by node
+	// must not prune the nodes that return last).
+	ThawedAt time.Time `json:"thawedAt,omitzero"`
 }
 
 // NodeState is one node's published membership and flap history.

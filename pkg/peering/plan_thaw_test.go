@@ -1,0 +1,55 @@
+package peering
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestPlanPartitionHealsNodeByNode: every node goes NotReady at once (the
+// set freezes), then the partition heals node by node. The nodes still
+// NotReady when the freeze ends get a whole grace period from the thaw:
+// without it the first three nodes back would prune the last two a moment
+// before they return (found by TestS7ControlPlanePartitionPeering).
+func TestPlanPartitionHealsNodeByNode(t *testing.T) {
+	cfg := Config{PruneGracePeriod: 40 * time.Second}
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	names := []string{"node-0", "node-1", "node-2", "node-3", "node-4"}
+	var nodes []Node
+	for i, n := range names {
+		nodes = append(nodes, ready(n, i+1, t0))
+	}
+	res := Plan(Input{Nodes: nodes, Config: cfg}, t0)
+
+	down := t0.Add(10 * time.Second)
+	for i, n := range names {
+		nodes[i] = notReady(n, i+1, down)
+	}
+	at := down.Add(90 * time.Second)
+	res = Plan(Input{Nodes: nodes, State: res.State, Config: cfg}, at)
+	if !res.Frozen || len(res.Peers) != 5 || res.State.FrozenSince != at {
+		t.Fatalf("full disruption: frozen=%v, %d peers, frozenSince %v; want frozen with all 5 since %v", res.Frozen, len(res.Peers), res.State.FrozenSince, at)
+	}
+
+	// Three nodes return; two are still NotReady since `down`, 100 s ago.
+	thaw := at.Add(10 * time.Second)
+	for i := range 3 {
+		nodes[i] = ready(names[i], i+1, thaw)
+	}
+	in := Input{Nodes: nodes, State: res.State, Config: cfg}
+	res = Plan(in, thaw)
+	if res.Frozen || len(res.Peers) != 5 || len(res.Changes) != 0 || res.State.ThawedAt != thaw || !res.State.FrozenSince.IsZero() {
+		t.Fatalf("thaw: frozen=%v, peers %v, changes %v, thawedAt %v; want 5 peers, no change, thawed at %v", res.Frozen, res.PeerNames(), changeNames(res.Changes), res.State.ThawedAt, thaw)
+	}
+	if want := thaw.Add(cfg.PruneGracePeriod); res.NextCheck != want {
+		t.Errorf("next check %v, want the end of the fresh grace %v", res.NextCheck, want)
+	}
+	checkIdempotent(t, Input{Nodes: nodes, State: res.State, Config: cfg}, thaw, res)
+
+	// Still NotReady a whole grace after the thaw: now they leave.
+	later := thaw.Add(cfg.PruneGracePeriod + time.Second)
+	res = Plan(Input{Nodes: nodes, State: res.State, Config: cfg}, later)
+	if got := fmt.Sprint(res.PeerNames()); got != "[node-0 node-1 node-2]" {
+		t.Errorf("a grace after the thaw: peers %s, want [node-0 node-1 node-2]", got)
+	}
+}
