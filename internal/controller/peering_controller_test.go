@@ -239,9 +239,17 @@ func TestPeeringPublishesOneDocumentAndFreezes(t *testing.T) {
 		t.Fatal(err)
 	}
 	run()
-	// a and b Ready, c NotReady and alone leaving: 1 of 3, it leaves.
+	// a and b Ready: the share freeze ends, and c, NotReady through it,
+	// gets a fresh grace from the thaw (a partition healing node by node
+	// prunes nobody who is on the way back).
+	if d := doc(); d.Frozen || len(d.Peers) != 3 || d.Peers[2].Reason != "InGracePeriod" {
+		t.Fatalf("at the thaw: want c kept in a fresh grace: %+v", d)
+	}
+	// Past that grace, c, NotReady and alone leaving (1 of 3), leaves.
+	clk.Step(41 * time.Second)
+	run()
 	if d := doc(); d.Generation == gen || d.Frozen || len(d.Peers) != 2 {
-		t.Fatalf("after the stop switch: %+v", d)
+		t.Fatalf("after the stop switch and the grace: %+v", d)
 	}
 }
 
