@@ -147,6 +147,9 @@ func printScaleMetrics(w io.Writer, o scale.Options, r scale.Result) {
 	fmt.Fprintf(w, "METRIC %sidle_writes_per_min=%.1f count\n", p, r.Idle.PerMinute(r.Idle.Writes))
 	fmt.Fprintf(w, "METRIC %sidle_lease_renewals_per_min=%.1f count\n", p, r.Idle.PerMinute(r.Idle.LeaseWrites))
 	fmt.Fprintf(w, "METRIC %sidle_passes_per_min=%.1f count\n", p, r.Idle.PerMinute(r.IdlePasses))
+	for _, kind := range slices.Sorted(maps.Keys(r.IdleTriggers)) {
+		fmt.Fprintf(w, "METRIC %sidle_triggers_%s_per_min=%.1f count\n", p, strings.ToLower(kind), r.Idle.PerMinute(r.IdleTriggers[kind]))
+	}
 	fmt.Fprintf(w, "METRIC %sstranded_pods=%d count\n", p, r.Stranded)
 	fmt.Fprintf(w, "METRIC %sdeleted_pods=%d count\n", p, r.Deleted)
 	fmt.Fprintf(w, "METRIC %srepeated_deletes=%d count\n", p, r.Repeated)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -294,5 +295,24 @@ func clearStatus(o client.Object) {
 		x.Status = appsv1.ReplicaSetStatus{}
 	case *appsv1.Deployment:
 		x.Status = appsv1.DeploymentStatus{}
+	}
+}
+
+// countTriggers counts, by kind, the events pred lets through: each asks
+// for a pass (rebound_recovery_triggers_total), so that a busy idle
+// controller says what keeps it busy.
+func countTriggers(obj client.Object, pred predicate.Predicate) predicate.Predicate {
+	c := recoveryTriggers.WithLabelValues(reflect.TypeOf(obj).Elem().Name())
+	count := func(pass bool) bool {
+		if pass {
+			c.Inc()
+		}
+		return pass
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return count(pred.Create(e)) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return count(pred.Delete(e)) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return count(pred.Update(e)) },
+		GenericFunc: func(e event.GenericEvent) bool { return count(pred.Generic(e)) },
 	}
 }

@@ -44,6 +44,10 @@ var (
 		Name: "rebound_rescues_total",
 		Help: "Actions rebound took, by action and result (Succeeded, AlreadyDone, Refused, Failed, DryRun).",
 	}, []string{"action", "result"})
+	recoveryTriggers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rebound_recovery_triggers_total",
+		Help: "Watch events that asked the recovery controller for a pass, by kind (bursts collapse into one pass).",
+	}, []string{"kind"})
 	planSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "rebound_plan_duration_seconds",
 		Help:    "Time to gather a snapshot and plan.",
@@ -58,7 +62,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(zoneStateGauge, zoneEvictionRate, strandedPodsGauge, strandedDeadlineGauge,
-		waitingForFencingGauge, heldPodsGauge, rescuesTotal, planSeconds, peerSetNodes)
+		waitingForFencingGauge, heldPodsGauge, rescuesTotal, recoveryTriggers, planSeconds, peerSetNodes)
 }
 
 var allZoneStates = []zone.State{zone.Initial, zone.Normal, zone.PartialDisruption, zone.FullDisruption}

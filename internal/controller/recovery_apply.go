@@ -52,10 +52,16 @@ func (r *RecoveryReconciler) remember(policy string, rec v1alpha1.ActionRecord) 
 	r.ledger = append(r.ledger, rescue.LedgerEntry{Policy: policy, Record: rec})
 }
 
-// recentActions prunes the ledger to the last minute and returns a copy.
-func (r *RecoveryReconciler) recentActions(now time.Time) []rescue.LedgerEntry {
+// recentActions prunes the ledger to the last minute and returns a copy,
+// with when the ledger began: this process's first pass. Passes run only
+// while this process leads, and a replica that loses the lease exits, so
+// from then on the ledger sees every action taken.
+func (r *RecoveryReconciler) recentActions(now time.Time) ([]rescue.LedgerEntry, time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.ledgerSince.IsZero() {
+		r.ledgerSince = now
+	}
 	kept := r.ledger[:0]
 	for _, e := range r.ledger {
 		if now.Sub(e.Record.Time.Time) < time.Minute {
@@ -63,7 +69,7 @@ func (r *RecoveryReconciler) recentActions(now time.Time) []rescue.LedgerEntry {
 		}
 	}
 	r.ledger = kept
-	return append([]rescue.LedgerEntry(nil), kept...)
+	return append([]rescue.LedgerEntry(nil), kept...), r.ledgerSince
 }
 
 // reportBlocked records one Warning Event for each pod that enters
@@ -108,11 +114,15 @@ func (r *RecoveryReconciler) updateStatuses(ctx context.Context, log logr.Logger
 	for _, pr := range plan.Policies {
 		reports[pr.Name] = pr
 	}
-	var errs []error
-	for _, p := range policies {
+	// Each policy's status is its own object: written in parallel, so
+	// that a rescue spread over many policies does not hold the next pass
+	// (and the next deadline) behind one round trip after another.
+	errs := make([]error, len(policies))
+	inParallel(len(policies), func(i int) {
+		p := policies[i]
 		rep, ok := reports[p.Name]
 		if !ok {
-			continue
+			return
 		}
 		next := p.Status.DeepCopy()
 		next.ObservedGeneration = p.Generation
@@ -125,18 +135,20 @@ func (r *RecoveryReconciler) updateStatuses(ctx context.Context, log logr.Logger
 		meta.SetStatusCondition(&next.Conditions, readyCondition(p, rep))
 		meta.SetStatusCondition(&next.Conditions, degradedCondition(p, rep))
 		if equality.Semantic.DeepEqual(&p.Status, next) {
-			continue
+			return
 		}
 		orig := p.DeepCopy()
 		p.Status = *next
 		// API call: patch recoverypolicies/status (see rbac.go).
 		if err := r.client.Status().Patch(ctx, p, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("update status of RecoveryPolicy %s: %w", p.Name, err))
+			errs[i] = fmt.Errorf("update status of RecoveryPolicy %s: %w", p.Name, err)
 			log.Error(err, "status update failed", "policy", p.Name)
 		}
-	}
-	if len(errs) > 0 {
-		return errs[0]
+	})
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -87,6 +87,7 @@ type RecoveryReconciler struct {
 	announced      map[string]bool            // dry-run and stopped actions already logged
 	blocked        map[string]rescue.Decision // pod UID -> NoTarget/Held already reported
 	ledger         []rescue.LedgerEntry       // real actions of the last minute
+	ledgerSince    time.Time                  // the first pass: the ledger is whole from then on
 }
 
 // SetupRecovery registers the recovery controller with the manager.
@@ -112,16 +113,16 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 	// starting passes.
 	b := ctrl.NewControllerManagedBy(mgr).Named("recovery")
 	for _, obj := range watchedObjects() {
-		pred := builder.WithPredicates(trimmedChange())
+		pred := trimmedChange()
 		switch obj.(type) {
 		case *corev1.Node:
-			pred = builder.WithPredicates(nodePredicate())
+			pred = nodePredicate()
 		case *corev1.Pod:
-			pred = builder.WithPredicates(podPredicate(cachedNodeNotReady(mgr.GetCache())))
+			pred = podPredicate(cachedNodeNotReady(mgr.GetCache()))
 		case *appsv1.ReplicaSet, *appsv1.Deployment:
-			pred = builder.WithPredicates(ownerPredicate(anyNodeNotReady(mgr.GetCache())))
+			pred = ownerPredicate(anyNodeNotReady(mgr.GetCache()))
 		}
-		b = b.Watches(obj, all, pred)
+		b = b.Watches(obj, all, builder.WithPredicates(countTriggers(obj, pred)))
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: 1}).Complete(r)
 }

@@ -28,18 +28,10 @@ func (r *RecoveryReconciler) actAll(ctx context.Context, log logr.Logger, action
 		records map[string][]v1alpha1.ActionRecord
 	}
 	out := make([]outcome, len(actions))
-	sem := make(chan struct{}, applyParallelism)
-	var wg sync.WaitGroup
-	for i, a := range actions {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			recs := map[string][]v1alpha1.ActionRecord{}
-			out[i] = outcome{err: r.act(ctx, log, a, owners, recs), records: recs}
-		}()
-	}
-	wg.Wait()
+	inParallel(len(actions), func(i int) {
+		recs := map[string][]v1alpha1.ActionRecord{}
+		out[i] = outcome{err: r.act(ctx, log, actions[i], owners, recs), records: recs}
+	})
 	var errs []error
 	acted := false
 	for _, o := range out {
@@ -53,4 +45,20 @@ func (r *RecoveryReconciler) actAll(ctx context.Context, log logr.Logger, action
 		}
 	}
 	return errs, acted
+}
+
+// inParallel runs f(0) ... f(n-1), at most applyParallelism at once, and
+// returns when all have returned.
+func inParallel(n int, f func(i int)) {
+	sem := make(chan struct{}, applyParallelism)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f(i)
+		}()
+	}
+	wg.Wait()
 }

@@ -69,11 +69,10 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 	for i := range namespaces.Items {
 		s.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
 	}
-	s.RecentActions = r.recentActions(now)
-	// The second liveness signal (issue 9, item 2). WIRING POINT: the
-	// lead connects RecoveryOptions.BGPAlive to pkg/peering's evidence
-	// from the agents' session reports. Until then it is nil, and nil is
-	// safe: no node counts as alive.
+	s.RecentActions, s.LedgerSince = r.recentActions(now)
+	// The second liveness signal: the agents' session reports, when the
+	// controller runs with --peering (BGPAliveFromReports). nil is safe:
+	// no node counts as alive.
 	if r.opts.BGPAlive != nil {
 		s.BGPAlive = r.opts.BGPAlive(ctx, s.Nodes, now)
 	}

@@ -153,6 +153,18 @@ func (p *Controller) Exited() bool {
 	}
 }
 
+// Triggers reads rebound_recovery_triggers_total by kind; empty when the
+// metrics cannot be read.
+func (p *Controller) Triggers(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	for _, kind := range []string{"RecoveryPolicy", "Node", "Pod", "Namespace", "PersistentVolumeClaim", "ReplicaSet", "Deployment"} {
+		if v, err := p.Metric(ctx, `rebound_recovery_triggers_total{kind="`+kind+`"}`); err == nil {
+			out[kind] = v
+		}
+	}
+	return out
+}
+
 // Metric reads one unlabelled series (or the sum over its labels) from the
 // controller's /metrics, e.g. rebound_plan_duration_seconds_sum.
 func (p *Controller) Metric(ctx context.Context, name string) (float64, error) {

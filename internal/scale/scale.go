@@ -51,11 +51,12 @@ type Options struct {
 	// Steady is how long the idle controller is watched (default 1m).
 	Steady time.Duration
 	// Policies spread the critical pods over that many namespaces, each
-	// with its RecoveryPolicy (default 20, 10 pods each at 200). One
-	// policy takes at most 10 actions a minute whatever its
-	// maxActionsPerMinute: its rate limit is counted from
-	// status.lastActions, which keeps 10 records (pkg/rescue/limits.go).
-	// With 1 or 2 the run measures that cap instead of the controller.
+	// with its RecoveryPolicy (default 20, 10 pods each at 200). In a
+	// controller's first minute one policy takes at most 10 actions a
+	// minute whatever its maxActionsPerMinute (status.lastActions keeps
+	// 10 records; pkg/rescue/limits.go); after it, the controller's
+	// ledger counts exactly. With 1 or 2 policies a rescue right after
+	// the controller starts measures that cap.
 	Policies int
 	// MaxUnavailable is the policies' maxUnavailableTime (default 10s).
 	MaxUnavailable time.Duration
@@ -136,6 +137,10 @@ type Result struct {
 	// IdlePasses counts planning passes while idle: each costs a read of
 	// the stop switch.
 	IdlePasses int `json:"idlePasses"`
+	// IdleTriggers counts, by kind, the watch events that asked for a
+	// pass while idle (rebound_recovery_triggers_total): what starts the
+	// idle passes.
+	IdleTriggers map[string]int `json:"idleTriggers"`
 
 	Stranded int `json:"stranded"`
 	Deleted  int `json:"deleted"`
@@ -213,6 +218,7 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 	say("  controller ready; watching it idle for %s", o.Steady)
 	comps := componentPIDs(c)
 	idle0, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
+	triggers0 := ctl.Triggers(ctx)
 	before, _ := SampleProc(ctl.PID)
 	compBefore := sampleAll(comps)
 	if err := sleep(ctx, o.Steady); err != nil {
@@ -221,6 +227,12 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 	after, _ := SampleProc(ctl.PID)
 	idle1, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
 	res.IdlePasses = int(idle1 - idle0)
+	res.IdleTriggers = map[string]int{}
+	for kind, n := range ctl.Triggers(ctx) {
+		if d := int(n - triggers0[kind]); d > 0 {
+			res.IdleTriggers[kind] = d
+		}
+	}
 	res.Components = usage(compBefore, sampleAll(comps))
 	res.SteadyRSSMiB, res.CPUPerMin = after.RSSMiB, CPUPerMinute(before, after)
 	if res.Idle, err = CountRequests(c, sandbox.ReboundUser, before.At, after.At); err != nil {

@@ -1,6 +1,7 @@
 package rescue
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -231,6 +232,50 @@ func TestPlanForRescueLifecycle(t *testing.T) {
 			world: func() *world {
 				w := s1(at(2 * time.Minute))
 				w.s.Policies[0].Spec.Limits.MaxActionsPerMinute = 20
+				for i := range 10 {
+					w.s.Policies[0].Status.LastActions = append(w.s.Policies[0].Status.LastActions,
+						record(v1alpha1.RecordedDeleteAndReplace, "kube-system/x", at(2*time.Minute-time.Duration(i)*5*time.Second)))
+				}
+				return w
+			},
+			decisions: map[string]Decision{coredns: DecisionRateLimited},
+			reasons:   map[string]string{coredns: "status.lastActions holds only its last 10 records, all within the last minute"},
+			nextCheck: at(2*time.Minute - 45*time.Second + time.Minute),
+		},
+		{
+			// The controller has run for over a minute: its ledger holds
+			// the minute's 12 actions (2 more than status keeps), so the
+			// count is exact and 8 of the limit's 20 remain.
+			name: "full history, a ledger older than a minute: the ledger's exact count applies",
+			world: func() *world {
+				w := s1(at(2 * time.Minute))
+				w.s.Policies[0].Spec.Limits.MaxActionsPerMinute = 20
+				w.s.LedgerSince = at(0)
+				for i := range 12 {
+					rec := record(v1alpha1.RecordedDeleteAndReplace, fmt.Sprintf("kube-system/x-%d", i), at(2*time.Minute-time.Duration(i)*4*time.Second))
+					if i < 10 {
+						w.s.Policies[0].Status.LastActions = append(w.s.Policies[0].Status.LastActions, rec)
+					}
+					w.s.RecentActions = append(w.s.RecentActions, LedgerEntry{Policy: "default", Record: rec})
+				}
+				return w
+			},
+			decisions: map[string]Decision{coredns: DecisionAct},
+			actions:   []string{"Delete kube-system/" + coredns},
+			check: func(t *testing.T, p Plan) {
+				if r := p.Policies[0]; r.ActionsLastMinute != 12 {
+					t.Errorf("actions in the last minute = %d, want the ledger's 12", r.ActionsLastMinute)
+				}
+			},
+		},
+		{
+			// The same, 30 s after a restart: the ledger may miss the
+			// minute's start, so the full history still holds.
+			name: "full history, a ledger younger than a minute: still blocks",
+			world: func() *world {
+				w := s1(at(2 * time.Minute))
+				w.s.Policies[0].Spec.Limits.MaxActionsPerMinute = 20
+				w.s.LedgerSince = at(90 * time.Second)
 				for i := range 10 {
 					w.s.Policies[0].Status.LastActions = append(w.s.Policies[0].Status.LastActions,
 						record(v1alpha1.RecordedDeleteAndReplace, "kube-system/x", at(2*time.Minute-time.Duration(i)*5*time.Second)))

@@ -24,12 +24,16 @@ import (
 //   - maxActionsPerMinute bounds the actions within any minute, counted
 //     from status.lastActions (real actions only, not dry-run ones), the
 //     caller's in-memory ledger (Snapshot.RecentActions: what the cache may
-//     not show yet) and this plan's. status keeps only the last 10 records: when all 10 lie
-//     within the minute, older actions of that minute may have been
-//     dropped, so the planner assumes the limit is reached until the oldest
-//     record leaves the window. A limit above 10 per minute therefore acts
-//     as 10 per minute across plans; without this, each plan could add
-//     another maxActionsPerMinute-10 actions, without bound.
+//     not show yet) and this plan's. status keeps only the last 10
+//     records: when all 10 lie within the minute, older actions of that
+//     minute may have been dropped, so the planner assumes the limit is
+//     reached until the oldest record leaves the window (without this,
+//     each plan could add another maxActionsPerMinute-10 actions, without
+//     bound). That assumption is needed only while the ledger may be
+//     missing some of the minute: once it has run for a full minute
+//     (Snapshot.LedgerSince) its count is exact and a limit above 10 per
+//     minute applies as written. After a restart the first minute is
+//     therefore capped at 10 per minute, never above the limit.
 //
 // Candidates are served earliest deadline first (then namespace, name), so
 // the pod stranded longest goes first and the order never depends on the
@@ -84,7 +88,7 @@ func (p *planner) applyLimits() {
 		b := budgets[c.rule]
 		if b == nil {
 			b = &budget{window: c.rule.recentActions(p.now, p.snap.RecentActions), inFlight: c.rule.report.InFlight}
-			b.fullUntil, b.historyFull = c.rule.historyFull(p.now)
+			b.fullUntil, b.historyFull = c.rule.historyFull(p.now, p.snap.LedgerSince)
 			budgets[c.rule] = b
 		}
 
@@ -186,10 +190,15 @@ func (r *policyRule) recentActions(now time.Time, ledger []LedgerEntry) []time.T
 
 // historyFull reports whether status.lastActions is at capacity with every
 // record within the minute before now, and when its oldest record leaves
-// that minute.
-func (r *policyRule) historyFull(now time.Time) (until time.Time, full bool) {
+// that minute. A ledger that began a minute or more before now holds the
+// whole minute: then nothing can be missing and the history is never
+// "full".
+func (r *policyRule) historyFull(now, ledgerSince time.Time) (until time.Time, full bool) {
 	records := r.policy.Status.LastActions
 	if len(records) < LastActionsCapacity {
+		return time.Time{}, false
+	}
+	if !ledgerSince.IsZero() && now.Sub(ledgerSince) >= time.Minute {
 		return time.Time{}, false
 	}
 	oldest := records[0].Time.Time

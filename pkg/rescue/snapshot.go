@@ -77,6 +77,12 @@ type Snapshot struct {
 	// cannot let a pass exceed maxActionsPerMinute; status stays the
 	// record across restarts.
 	RecentActions []LedgerEntry
+	// LedgerSince is when the caller's ledger began (the controller's
+	// first pass as leader); zero for none. Once a minute has passed
+	// since, the ledger holds every real action of the last minute (only
+	// the leader acts), so the 10-record cap of status.lastActions no
+	// longer caps maxActionsPerMinute: the ledger's count is exact.
+	LedgerSince time.Time
 }
 
 // Disruption is the full-disruption state a plan carries to the next one.
