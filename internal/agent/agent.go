@@ -40,7 +40,12 @@ type Agent struct {
 	lister     listersv1.ConfigMapNamespaceLister
 	retryDelay time.Duration
 	lastReport *peering.Report // last one written
-	refused    string          // why the current document was refused, logged once
+	// Failed report writes back off like reloads (RetryInterval doubled up
+	// to MaxRetryInterval), so an apiserver outage costs a request and a
+	// log line every 30 s per node, not every poll.
+	reportFailures int
+	reportRetryAt  time.Time
+	refused        string // why the current document was refused, logged once
 	// starting: BIRD is not running or in graceful-restart recovery, so
 	// the start rule (StartPeers) picks the peers; see start.go.
 	starting bool
@@ -477,9 +482,20 @@ func (a *Agent) poll(ctx context.Context) {
 	if a.lastReport != nil && a.lastReport.SameContent(report) && now.Sub(a.lastReport.ObservedAt) < a.opts.ReportInterval {
 		return
 	}
-	if err := a.opts.Reports.WriteReport(ctx, report); err != nil {
-		a.log.Error("report sessions to the API server", "error", err)
+	if now.Before(a.reportRetryAt) {
 		return
+	}
+	if err := a.opts.Reports.WriteReport(ctx, report); err != nil {
+		delay := a.opts.RetryInterval << min(a.reportFailures, 16)
+		delay = min(delay, a.opts.MaxRetryInterval)
+		a.reportFailures++
+		a.reportRetryAt = now.Add(delay)
+		a.log.Error("report sessions to the API server", "error", err, "failures", a.reportFailures, "retryIn", delay)
+		return
+	}
+	if a.reportFailures > 0 {
+		a.log.Info("reporting sessions again", "failedAttempts", a.reportFailures)
+		a.reportFailures, a.reportRetryAt = 0, time.Time{}
 	}
 	a.lastReport = &report
 	a.mu.Lock()

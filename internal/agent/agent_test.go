@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -61,17 +62,36 @@ func peerSetConfigMap(doc peering.PeerSet) *corev1.ConfigMap {
 	}
 }
 
-// fakeReports records the reports written.
+// fakeReports records the reports written; while failing is set every
+// write fails (an apiserver outage) and is only counted.
 type fakeReports struct {
-	mu   sync.Mutex
-	last []peering.Report
+	mu       sync.Mutex
+	last     []peering.Report
+	failing  bool
+	attempts int
 }
 
 func (f *fakeReports) WriteReport(_ context.Context, r peering.Report) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.attempts++
+	if f.failing {
+		return errors.New("connection refused")
+	}
 	f.last = append(f.last, r)
 	return nil
+}
+
+func (f *fakeReports) setFailing(v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failing = v
+}
+
+func (f *fakeReports) attempted() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.attempts
 }
 
 func (f *fakeReports) latest() peering.Report {
@@ -172,6 +192,14 @@ func (h *harness) publish(cm *corev1.ConfigMap) {
 	}
 }
 
+// polledNow tells whether the agent's last poll of BIRD ran at the fake
+// clock's present.
+func (h *harness) polledNow() bool {
+	h.agent.mu.Lock()
+	defer h.agent.mu.Unlock()
+	return h.agent.beat.Equal(h.clock.Now())
+}
+
 // appliedGeneration is the generation in the agent's cache.
 func (h *harness) cachedGeneration() int64 {
 	cm, err := h.agent.lister.Get(peering.DefaultPeerSetName)
@@ -243,6 +271,32 @@ func TestAgentRendersSetDebouncesAndReports(t *testing.T) {
 	if got := h.agent.Stats().Reloads; got != 3 {
 		t.Errorf("reloads = %d, want 3 (two changes in one window are one reload)", got)
 	}
+}
+
+// TestAgentReportWritesBackOff: with the apiserver unreachable, a failed
+// report is retried after 1, 2, 4, 8 s ... (up to MaxRetryInterval), not
+// at every 5 s poll; once it is back, the next due write goes through.
+func TestAgentReportWritesBackOff(t *testing.T) {
+	h := startHarness(t, node("node-a", "10.0.0.1", true), node("node-b", "10.0.0.2", true))
+	h.bird.protos = []bird.Protocol{{Name: "Mesh_10_0_0_2", Proto: "BGP", State: "up", Info: "Established"}}
+	h.reports.setFailing(true)
+	h.waitFor("loop running", func() bool { return h.clock.HasWaiters() })
+	h.stepTimer(time.Second)
+	h.waitFor("first reload", func() bool { return h.agent.Stats().Reloads == 1 })
+	h.waitFor("first attempt", func() bool { return h.reports.attempted() == 1 })
+	// Polls at +5 ... +40 s: attempts at +5 (after 1 s), +10 (2 s),
+	// +15 (4 s), +25 (8 s, due at +23); +20, +30, +35 and +40 wait
+	// (16 s, due at +41).
+	for range 8 {
+		h.step(5 * time.Second)
+		h.waitFor("the poll", h.polledNow)
+	}
+	if got := h.reports.attempted(); got != 5 {
+		t.Fatalf("report attempts over 9 polls of a failing apiserver = %d, want 5 (backing off)", got)
+	}
+	h.reports.setFailing(false)
+	h.step(5 * time.Second)
+	h.waitFor("the report after the outage", func() bool { return h.agent.Stats().Reports == 1 })
 }
 
 func TestAgentBirdUnreachableRetriesWithBackoff(t *testing.T) {
