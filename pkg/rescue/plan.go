@@ -67,6 +67,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/zone"
 )
 
@@ -221,6 +222,9 @@ type planner struct {
 	// targets is built on the first stranded pod that needs one.
 	targets    *targetIndex
 	disruption Disruption
+	// firstReturn is the earliest Ready transition of the nodes Ready now
+	// (see returnedAfterOutage).
+	firstReturn time.Time
 }
 
 // PlanFor decides, from a snapshot, which critical pods are stranded and
@@ -243,6 +247,7 @@ func PlanFor(s Snapshot) Plan {
 	if s.PreviousDisruption.Active && !p.disruption.Active {
 		p.disruption.EndedAt = s.Now
 	}
+	p.firstReturn = returnedAfterOutage(s.Nodes)
 	p.zones = zone.Advance(s.PreviousZones, infos, cfg)
 	p.rules = compilePolicies(s.Policies)
 
@@ -275,12 +280,67 @@ func PlanFor(s Snapshot) Plan {
 }
 
 // clockStart is when a node's maxUnavailableTime clock started: its
-// NotReady transition, or the end of the last full disruption if later.
+// NotReady transition, or the end of the last full disruption if later,
+// whether this planner saw it (Disruption.EndedAt) or reads it from the
+// nodes (firstReturn).
 func (p *planner) clockStart(since time.Time) time.Time {
-	if p.disruption.EndedAt.After(since) {
-		return p.disruption.EndedAt
+	return latest(since, p.disruption.EndedAt, p.firstReturn)
+}
+
+// clockRestartNote explains a clock that did not start at the node's
+// NotReady transition; "" when it did.
+func (p *planner) clockRestartNote(since time.Time) string {
+	start := p.clockStart(since)
+	switch {
+	case !start.After(since):
+		return ""
+	case start.Equal(p.disruption.EndedAt):
+		return fmt.Sprintf(" (the clock restarted at %s, when a full disruption ended, as kube-controller-manager restarts its own)", formatTime(start))
+	default:
+		return fmt.Sprintf(" (the clock restarted at %s, when the first node Ready now returned: every node Ready now was NotReady after this one went NotReady, so a full disruption may have ended then)", formatTime(start))
 	}
-	return since
+}
+
+// returnedAfterOutage is the earliest Ready transition among the nodes
+// that are Ready: the end of the last full disruption as the Node objects
+// themselves record it, or earlier. Every Ready node's last transition was
+// out of NotReady, so just before this time no node now Ready was in its
+// current Ready spell; a node NotReady since before it may have been
+// NotReady together with all of them, a full disruption that this planner
+// never saw (it restarted, or was itself cut off from the apiserver, as
+// in-cluster controllers are in a control-plane partition). Counting such
+// a node's clock from here can only start it later, never earlier, and in
+// a healthy cluster, where some Ready node has been Ready for long, it
+// changes nothing: the time is older than any current NotReady spell.
+// Zero when no node is Ready or one has no transition time.
+func returnedAfterOutage(nodes []*corev1.Node) time.Time {
+	var first time.Time
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		c := kubestatus.NodeReadyCondition(n)
+		if c == nil || c.Status != corev1.ConditionTrue {
+			continue
+		}
+		if c.LastTransitionTime.IsZero() {
+			return time.Time{}
+		}
+		if first.IsZero() || c.LastTransitionTime.Time.Before(first) {
+			first = c.LastTransitionTime.Time
+		}
+	}
+	return first
+}
+
+func latest(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if t.After(out) {
+			out = t
+		}
+	}
+	return out
 }
 
 // wake records a time at which the plan changes by itself.
@@ -397,9 +457,7 @@ func (p *planner) examine(e examined) {
 		cp.Decision = DecisionNotYet
 		cp.Reason = fmt.Sprintf("node %s NotReady for %s of maxUnavailableTime %s: stranded at %s if still NotReady",
 			cp.Node, p.now.Sub(cp.NotReadySince).Round(time.Second), rule.maxUnavailable, formatTime(cp.Deadline))
-		if start := p.clockStart(node.since); start.After(node.since) {
-			cp.Reason += fmt.Sprintf(" (the clock restarted at %s, when a full disruption ended, as kube-controller-manager restarts its own)", formatTime(start))
-		}
+		cp.Reason += p.clockRestartNote(node.since)
 		p.wake(cp.Deadline)
 	default:
 		cp.Stranded = true

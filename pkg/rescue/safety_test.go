@@ -568,3 +568,38 @@ func TestFullDisruptionHeal(t *testing.T) {
 		t.Errorf("a maxUnavailableTime after the heal: %s, want Act", later.Critical[0].Decision)
 	}
 }
+
+// TestFullDisruptionHealUnseen: a planner that never saw the full
+// disruption (the controller restarted, or was cut off from the apiserver
+// with the nodes) reads its end from the nodes: node-0, the only Ready
+// node, returned after node-3 went NotReady, so node-3's clock starts at
+// node-0's return, not at its own NotReady transition long ago.
+func TestFullDisruptionHealUnseen(t *testing.T) {
+	returned := at(5 * time.Minute)
+	w := s1(returned.Add(10 * time.Second))
+	node0(w).Status.Conditions[0].LastTransitionTime = metav1.NewTime(returned)
+	p := PlanFor(w.s)
+	cp := p.Critical[0]
+	if cp.Decision != DecisionNotYet || len(p.Actions) != 0 || !strings.Contains(cp.Reason, "the clock restarted at 2026-03-01T12:05:00Z, when the first node Ready now returned") {
+		t.Fatalf("fresh planner after an unseen full disruption: %s %q, actions %v", cp.Decision, cp.Reason, p.Actions)
+	}
+	if want := returned.Add(30 * time.Second); !cp.Deadline.Equal(want) || !p.NextCheck.Equal(want) {
+		t.Errorf("deadline %v, next check %v, want both %v", cp.Deadline, p.NextCheck, want)
+	}
+	w.s.Now = returned.Add(31 * time.Second)
+	if p := PlanFor(w.s); p.Critical[0].Decision != DecisionAct {
+		t.Errorf("a maxUnavailableTime after node-0's return: %s, want Act", p.Critical[0].Decision)
+	}
+}
+
+// TestFullDisruptionHealUnseenNeedsEveryReadyNode: one node Ready since
+// before node-3 went NotReady rules out a full disruption, however
+// recently the others returned: node-3's clock is its own.
+func TestFullDisruptionHealUnseenNeedsEveryReadyNode(t *testing.T) {
+	w := s1(at(40 * time.Second))
+	w.node("node-5", "z1", corev1.ConditionTrue, at(20*time.Second)) // flapped and returned
+	p := PlanFor(w.s)
+	if cp := p.Critical[0]; cp.Decision != DecisionAct || !cp.Deadline.Equal(at(30*time.Second)) || strings.Contains(cp.Reason, "restarted") {
+		t.Fatalf("node-0 Ready throughout: %s, deadline %v, %q; want Act with the deadline from node-3's own NotReady", cp.Decision, cp.Deadline, cp.Reason)
+	}
+}
