@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -393,6 +394,7 @@ func TestAgentRefusesEmptyAndBelowFloorSets(t *testing.T) {
 		if now, _ := os.ReadFile(h.bird.path); string(now) != string(good) {
 			t.Errorf("refusal %d: the last good file changed:\n%s", i, now)
 		}
+		wantLines(t, scrape(t, h.agent), fmt.Sprintf(`rebound_agent_peer_set_refused_total{node="node-a"} %d`, i+1))
 	}
 	// Floor check itself (the parser lets only consistent floors through).
 	if r := Refusal(peering.PeerSet{Generation: 4, Floor: 2, Peers: []peering.PublishedPeer{{Name: "x"}}}); !strings.Contains(r, "below its floor 2") {

@@ -21,6 +21,8 @@ var (
 		"Syncs of the peer set to BIRD, by outcome (reloaded, unchanged, rejected, unreachable).", []string{"node", "outcome"}, nil)
 	descRejected = prometheus.NewDesc("rebound_agent_config_rejected_total",
 		"Configurations BIRD refused; the last good one was kept.", []string{"node"}, nil)
+	descRefused = prometheus.NewDesc("rebound_agent_peer_set_refused_total",
+		"Published peer sets the agent did not apply (unreadable, empty, below their floor); BIRD kept the last good peers.", []string{"node"}, nil)
 	descLastSync = prometheus.NewDesc("rebound_agent_last_sync_timestamp_seconds",
 		"When BIRD last had the current peer set (reloaded or already unchanged), Unix seconds.", []string{"node"}, nil)
 	descBIRDUp = prometheus.NewDesc("rebound_agent_bird_up",
@@ -30,7 +32,7 @@ var (
 type agentCollector struct{ a *Agent }
 
 func (c agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPeers, descSessions, descReloads, descRejected, descLastSync, descBIRDUp} {
+	for _, d := range []*prometheus.Desc{descPeers, descSessions, descReloads, descRejected, descRefused, descLastSync, descBIRDUp} {
 		ch <- d
 	}
 }
@@ -47,6 +49,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descReloads, prometheus.CounterValue, float64(n), node, outcome)
 	}
 	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(st.Rejected), node)
+	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(st.Refused), node)
 	if !st.LastSync.IsZero() {
 		ch <- prometheus.MustNewConstMetric(descLastSync, prometheus.GaugeValue, float64(st.LastSync.UnixNano())/1e9, node)
 	}

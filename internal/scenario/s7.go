@@ -165,6 +165,10 @@ type S7PartitionOptions struct {
 	// test counts deletions there; the peering half adds its checks);
 	// nil skips it.
 	WhileHeld func(ctx context.Context) error
+	// AfterFirstReturn, when set, makes the partition heal node by node:
+	// the first node starts alone, and the hook runs once it is Ready,
+	// before the others start (the test restarts the controller there).
+	AfterFirstReturn func(ctx context.Context) error
 }
 
 // S7PartitionResult is what RunS7Partition found.
@@ -227,8 +231,23 @@ func RunS7Partition(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts 
 		}
 	}
 
-	tl.Step("start every node again")
-	for _, n := range c.NodeNames {
+	rest := c.NodeNames
+	if opts.AfterFirstReturn != nil {
+		first := c.NodeNames[0]
+		tl.Step("start %s alone: the partition heals node by node", first)
+		if err := c.StartNode(ctx, first); err != nil {
+			return res, err
+		}
+		if err := c.WaitNodeReady(ctx, first, true, grace+time.Minute); err != nil {
+			return res, err
+		}
+		if err := opts.AfterFirstReturn(ctx); err != nil {
+			return res, err
+		}
+		rest = c.NodeNames[1:]
+	}
+	tl.Step("start %s again", strings.Join(rest, ", "))
+	for _, n := range rest {
 		if err := c.StartNode(ctx, n); err != nil {
 			return res, err
 		}

@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/api/v1alpha1"
@@ -121,14 +123,22 @@ func TestS7NoTarget(t *testing.T) {
 // TestS7ControlPlanePartition: critical pods on nodes 1-4, then every node
 // stops heartbeating at once, which is what a control plane cut off from
 // its nodes sees. For 3x the policy time rebound deletes nothing (the
-// apiserver's audit log is the witness) and diagnose explains the hold;
-// when the nodes return, every critical pod is the one it was.
+// apiserver's audit log is the witness) and diagnose explains the hold.
+// Then the partition heals node by node, and the controller restarts in
+// between, as an in-cluster controller cut off with its nodes does: node-0
+// returns alone, a fresh controller (which never saw every node NotReady)
+// plans with nodes 1-4 NotReady for far longer than the policy's time,
+// and still deletes nothing, because their clocks start at node-0's
+// return. When the nodes return, every critical pod is the one it was.
 func TestS7ControlPlanePartition(t *testing.T) {
 	t.Parallel()
+	// Long enough that nodes 1-4 return within it after node-0 does,
+	// with a controller restart in between, on a loaded CI machine.
+	const policyTime = 20 * time.Second
 	c := startSandbox(t, 5, s7Timings())
-	ctx := testContext(t, 6*time.Minute)
-	installRebound(ctx, t, c, writePolicy(t, "s7", s7PolicyTime))
-	startController(t, c)
+	ctx := testContext(t, 7*time.Minute)
+	cl := installRebound(ctx, t, c, writePolicy(t, "s7", policyTime))
+	ctl := startController(t, c)
 
 	var workloads []scenario.Workload
 	for i := 1; i <= 4; i++ {
@@ -139,7 +149,7 @@ func TestS7ControlPlanePartition(t *testing.T) {
 	tl := scenario.NewTimeline(testWriter(t))
 	res, err := scenario.RunS7Partition(ctx, c, tl, scenario.S7PartitionOptions{
 		Workloads: workloads,
-		HoldFor:   3 * s7PolicyTime,
+		HoldFor:   3 * policyTime,
 		WhileHeld: func(ctx context.Context) error {
 			// Rescue half: nothing deleted.
 			deleted := len(podDeletesBy(t, c, sandbox.ReboundUser))
@@ -147,8 +157,35 @@ func TestS7ControlPlanePartition(t *testing.T) {
 			if deleted != 0 {
 				t.Errorf("rebound deleted %d pod(s) while every node was NotReady, want 0", deleted)
 			}
-			// Peering half (agents on every node, 0 peer-set changes, no
-			// agent removes a peer): added here by the peering work.
+			tl.Step("stop the controller: it forgets that every node was NotReady")
+			ctl.stop(syscall.SIGTERM)
+			return nil
+		},
+		AfterFirstReturn: func(ctx context.Context) error {
+			// A spec change that the fresh controller's first pass
+			// acknowledges in status.observedGeneration: the witness
+			// that it planned while nodes 1-4 were still NotReady.
+			var pol v1alpha1.RecoveryPolicy
+			if err := cl.Get(ctx, client.ObjectKey{Name: "s7"}, &pol); err != nil {
+				return err
+			}
+			pol.Spec.Limits.MaxConcurrent = 7
+			if err := cl.Update(ctx, &pol); err != nil {
+				return err
+			}
+			tl.Step("start a fresh controller with nodes 1-4 NotReady")
+			startController(t, c)
+			err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				var got v1alpha1.RecoveryPolicy
+				if err := cl.Get(ctx, client.ObjectKey{Name: "s7"}, &got); err != nil {
+					return false, nil //nolint:nilerr // retry until the deadline
+				}
+				return got.Status.ObservedGeneration == pol.Generation, nil
+			})
+			if err != nil {
+				return fmt.Errorf("the fresh controller never planned (status.observedGeneration): %w", err)
+			}
+			tl.Step("the fresh controller planned; %d pod(s) deleted", len(podDeletesBy(t, c, sandbox.ReboundUser)))
 			return nil
 		},
 	})
@@ -163,7 +200,9 @@ func TestS7ControlPlanePartition(t *testing.T) {
 			t.Errorf("%s: pods %v before the partition, %v after: want the same one", w, before, after)
 		}
 	}
-	if n := len(podDeletesBy(t, c, sandbox.ReboundUser)); n != 0 {
-		t.Errorf("rebound deleted %d pod(s) in all, want 0 (also while the nodes returned)", n)
+	n := len(podDeletesBy(t, c, sandbox.ReboundUser))
+	metricCount("s7_pods_deleted_through_heal", n)
+	if n != 0 {
+		t.Errorf("rebound deleted %d pod(s) in all, want 0 (also while the nodes returned, across a controller restart)", n)
 	}
 }
