@@ -14,7 +14,6 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -22,9 +21,14 @@ import (
 // KubeFlags are kubectl's connection flags (--kubeconfig, --context, -n,
 // --as, --token, --server, ...), read the way kubectl reads them: the
 // flag, then $KUBECONFIG, then ~/.kube/config, then the in-cluster
-// service account.
+// service account. They are client-go's own (clientcmd), not
+// cli-runtime's, which would link kustomize into every binary, the
+// in-cluster one included.
 type KubeFlags struct {
-	*genericclioptions.ConfigFlags
+	// KubeConfig is --kubeconfig; library callers may set it (and
+	// Overrides.CurrentContext, --context) themselves.
+	KubeConfig string
+	Overrides  clientcmd.ConfigOverrides
 }
 
 // Omit names kubectl flags a command leaves out.
@@ -40,24 +44,34 @@ type Omit struct {
 // AddKubeFlags registers the connection flags on cmd.
 func AddKubeFlags(cmd *cobra.Command, omit Omit) *KubeFlags {
 	k := NewKubeFlags()
+	fs := cmd.Flags()
+	fs.StringVar(&k.KubeConfig, clientcmd.RecommendedConfigPathFlag, "", "Path to the kubeconfig file to use (default: $KUBECONFIG, then ~/.kube/config, then the pod's service account)")
+	names := clientcmd.RecommendedConfigOverrideFlags("")
+	// Basic auth left Kubernetes in 1.19.
+	names.AuthOverrideFlags.Username.LongName = ""
+	names.AuthOverrideFlags.Password.LongName = ""
 	if omit.Namespace {
-		k.ConfigFlags.Namespace = nil
+		names.ContextOverrideFlags.Namespace.LongName = ""
 	}
 	if omit.Impersonation {
-		k.Impersonate, k.ImpersonateGroup, k.ImpersonateUID = nil, nil, nil
+		names.AuthOverrideFlags.Impersonate.LongName = ""
+		names.AuthOverrideFlags.ImpersonateUID.LongName = ""
+		names.AuthOverrideFlags.ImpersonateGroups.LongName = ""
 	}
-	k.AddFlags(cmd.Flags())
+	clientcmd.BindOverrideFlags(&k.Overrides, fs, names)
 	return k
 }
 
 // NewKubeFlags returns the flags unbound, for library callers that set
-// KubeConfig or Context themselves.
-func NewKubeFlags() *KubeFlags {
-	cf := genericclioptions.NewConfigFlags(true)
-	// Basic auth left Kubernetes in 1.19; the cache dir is for
-	// discovery, which rebound does not cache on disk.
-	cf.Username, cf.Password, cf.CacheDir = nil, nil, nil
-	return &KubeFlags{ConfigFlags: cf}
+// KubeConfig or the context themselves.
+func NewKubeFlags() *KubeFlags { return &KubeFlags{} }
+
+// loader is kubectl's: an explicit path, else $KUBECONFIG, else
+// ~/.kube/config; the in-cluster config when none has anything.
+func (k *KubeFlags) loader() clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = k.KubeConfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &k.Overrides)
 }
 
 // RESTConfig is the one place every command turns its flags into a
@@ -65,15 +79,15 @@ func NewKubeFlags() *KubeFlags {
 // The error says what was missing and how to fix it, without a library's
 // nested wording.
 func (k *KubeFlags) RESTConfig(userAgent string) (*rest.Config, error) {
+	loader := k.loader()
 	// kubectl falls back to http://localhost:8080 when it finds no
 	// kubeconfig and is not in a pod; rebound says so instead.
-	if raw, err := k.ToRawKubeConfigLoader().RawConfig(); err == nil && len(raw.Contexts) == 0 && len(raw.Clusters) == 0 &&
-		(k.APIServer == nil || *k.APIServer == "") {
+	if raw, err := loader.RawConfig(); err == nil && len(raw.Contexts) == 0 && len(raw.Clusters) == 0 && k.Overrides.ClusterInfo.Server == "" {
 		if _, err := rest.InClusterConfig(); err != nil {
 			return nil, ConnectionError(clientcmd.ErrEmptyConfig)
 		}
 	}
-	cfg, err := k.ToRESTConfig()
+	cfg, err := loader.ClientConfig()
 	if err != nil {
 		return nil, ConnectionError(err)
 	}
@@ -85,8 +99,8 @@ func (k *KubeFlags) RESTConfig(userAgent string) (*rest.Config, error) {
 // is not used: rebound's namespace (the Lease, the stop switch, the peer
 // set) must not change with the context a user happens to be in.
 func (k *KubeFlags) Namespace(def string) string {
-	if k.ConfigFlags.Namespace != nil && *k.ConfigFlags.Namespace != "" {
-		return *k.ConfigFlags.Namespace
+	if ns := k.Overrides.Context.Namespace; ns != "" {
+		return ns
 	}
 	return def
 }

@@ -116,7 +116,7 @@ func Run(ctx context.Context, opts Options) (Report, int, error) {
 // in-cluster service account.
 func loadConfig(path, context string) (*rest.Config, error) {
 	k := cli.NewKubeFlags()
-	k.KubeConfig, k.Context = &path, &context
+	k.KubeConfig, k.Overrides.CurrentContext = path, context
 	cfg, err := k.RESTConfig("rebound-diagnose")
 	if err != nil {
 		return nil, &Error{Code: ExitCannotRead, Err: err, Msg: oneLine(err.Error())}
