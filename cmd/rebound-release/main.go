@@ -138,11 +138,13 @@ func binary(name string) (release.Binary, error) {
 	return release.Binary{}, fmt.Errorf("unknown binary %q: want rebound, rebound-manager or kubectl-rebound", name)
 }
 
-func newImageCommand(c *common) *cobra.Command {
+// printingCommand is a command that checks -o, reads the common flags,
+// runs, and prints its result as text or JSON.
+func printingCommand(c *common, use, short string, run func(ctx context.Context, o release.Options) (result any, text func() string, err error)) *cobra.Command {
 	var out cli.Output
 	cmd := &cobra.Command{
-		Use:   "image",
-		Short: "Build the rebound-manager image index (linux/amd64, linux/arm64) as an OCI layout tarball in --dist",
+		Use:   use,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := out.Validate(); err != nil {
@@ -152,20 +154,28 @@ func newImageCommand(c *common) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			build, err := os.MkdirTemp("", "rebound-image-")
+			res, text, err := run(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			defer os.RemoveAll(build)
-			res, _, err := release.Image(cmd.Context(), o, build)
-			if err != nil {
-				return err
-			}
-			return out.Print(cmd.OutOrStdout(), res, func() string { return imageText(res) })
+			return out.Print(cmd.OutOrStdout(), res, text)
 		},
 	}
 	out.Register(cmd)
 	return cmd
+}
+
+func newImageCommand(c *common) *cobra.Command {
+	return printingCommand(c, "image", "Build the rebound-manager image index (linux/amd64, linux/arm64) as an OCI layout tarball in --dist",
+		func(ctx context.Context, o release.Options) (any, func() string, error) {
+			build, err := os.MkdirTemp("", "rebound-image-")
+			if err != nil {
+				return nil, nil, err
+			}
+			defer os.RemoveAll(build)
+			res, _, err := release.Image(ctx, o, build)
+			return res, func() string { return imageText(res) }, err
+		})
 }
 
 func imageText(res release.ImageResult) string {
@@ -177,71 +187,37 @@ func imageText(res release.ImageResult) string {
 }
 
 func newReleaseCommand(c *common) *cobra.Command {
-	var out cli.Output
-	cmd := &cobra.Command{
-		Use:   "release",
-		Short: "Write dist/: CLI and kubectl-rebound tarballs, the image, SBOMs, the krew manifest, SHA256SUMS",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.Validate(); err != nil {
-				return err
-			}
-			o, err := c.options(cmd)
-			if err != nil {
-				return err
-			}
-			res, err := release.Release(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return out.Print(cmd.OutOrStdout(), res, func() string {
+	return printingCommand(c, "release", "Write dist/: CLI and kubectl-rebound tarballs, the image, SBOMs, the krew manifest, SHA256SUMS",
+		func(ctx context.Context, o release.Options) (any, func() string, error) {
+			res, err := release.Release(ctx, o)
+			return res, func() string {
 				s := fmt.Sprintf("%s (version %s):\n", res.Dist, o.State.Version)
 				for _, f := range res.Files {
 					s += "  " + f + "\n"
 				}
 				return s + imageText(res.Image)
-			})
-		},
-	}
-	out.Register(cmd)
-	return cmd
+			}, err
+		})
 }
 
 func newSizesCommand(c *common) *cobra.Command {
-	var out cli.Output
-	cmd := &cobra.Command{
-		Use:   "sizes",
-		Short: "Print each binary's package count and size (linux/amd64, as released)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.Validate(); err != nil {
-				return err
-			}
-			o, err := c.options(cmd)
-			if err != nil {
-				return err
-			}
+	return printingCommand(c, "sizes", "Print each binary's package count and size (linux/amd64, as released)",
+		func(ctx context.Context, o release.Options) (any, func() string, error) {
 			dir, err := os.MkdirTemp("", "rebound-sizes-")
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			defer os.RemoveAll(dir)
-			sizes, err := release.Sizes(cmd.Context(), o.Root, o.State, dir, release.CLI, release.Manager, release.Plugin)
-			if err != nil {
-				return err
-			}
-			return out.Print(cmd.OutOrStdout(), sizes, func() string {
+			sizes, err := release.Sizes(ctx, o.Root, o.State, dir, release.CLI, release.Manager, release.Plugin)
+			return sizes, func() string {
 				s := ""
 				for _, z := range sizes {
 					n := sanitize(z.Binary)
 					s += fmt.Sprintf("METRIC packages_%s=%d packages\nMETRIC binary_size_%s=%.1f MB\n", n, z.Packages, n, float64(z.Bytes)/1e6)
 				}
 				return s
-			})
-		},
-	}
-	out.Register(cmd)
-	return cmd
+			}, err
+		})
 }
 
 func sanitize(s string) string {
