@@ -1,7 +1,6 @@
 // Package cli holds what every rebound command shares: the kubectl-style
-// connection flags that turn into a rest.Config, the logging flags that
-// route slog, logr (controller-runtime) and klog (client-go, leader
-// election) to one structured logger, and the -o output flag.
+// connection flags that turn into a rest.Config and the -o output flag
+// (the logging flags are internal/logging's).
 //
 // The commands of the in-cluster binary (controller, agent) live in
 // subpackages, so that rebound (the operator CLI) and rebound-manager (the

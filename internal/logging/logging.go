@@ -1,10 +1,13 @@
-// Package logging routes the logs of the libraries rebound uses
-// (controller-runtime, through logr) to a slog.Handler chosen by the
-// command that runs. controller-runtime accepts its logger only once per
-// process, and prints a stack trace ("log.SetLogger(...) was never called")
-// when a library logs before it is set; so cmd/rebound installs this
-// package's handler first thing, and each command points it where its logs
-// belong (stderr for the controller, a file for the demo's controller).
+// Package logging is how rebound's commands log: the flags that build
+// their slog handler and route klog (client-go, leader election) to it
+// (flags.go), and the routing of controller-runtime's logr logs to a
+// handler chosen by the command that runs (this file).
+//
+// controller-runtime accepts its logger only once per process, and prints
+// a stack trace ("log.SetLogger(...) was never called") when a library
+// logs before it is set; so cmd/rebound installs this package's handler
+// first thing, and each command points it where its logs belong (stderr
+// for the controller, a file for the demo's controller).
 package logging
 
 import (

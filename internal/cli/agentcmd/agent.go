@@ -20,6 +20,7 @@ import (
 
 	"rebound/internal/agent"
 	"rebound/internal/cli"
+	"rebound/internal/logging"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -29,7 +30,7 @@ func NewCommand() *cobra.Command {
 	var (
 		opts       agent.Options
 		kube       *cli.KubeFlags
-		logFlags   *cli.LogFlags
+		logFlags   *logging.Flags
 		address    string
 		version    string
 		as         uint32
@@ -143,7 +144,7 @@ Probes on --health-addr:
 	}
 	f := cmd.Flags()
 	kube = cli.AddKubeFlags(cmd, cli.Omit{Namespace: true, Impersonation: true})
-	logFlags = cli.AddLogFlags(cmd)
+	logFlags = logging.AddFlags(cmd)
 	f.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	f.StringVar(&version, "bird-version", string(bird.Bird16), "BIRD configuration syntax: 1.6 (calico-node's BIRD) or 2")
 	f.StringVar(&opts.MeshPath, "mesh-file", "", "absolute path of the include file to write; BIRD's configuration must include it last")

@@ -26,7 +26,7 @@ const DefaultNamespace = "rebound-system"
 func NewCommand() *cobra.Command {
 	var (
 		kube       *cli.KubeFlags
-		logFlags   *cli.LogFlags
+		logFlags   *logging.Flags
 		mgrOpts    controller.ManagerOptions
 		recOpts    controller.RecoveryOptions
 		stopSwitch string
@@ -135,7 +135,7 @@ upstream eviction.`,
 	f := cmd.Flags()
 	kube = cli.AddKubeFlags(cmd, cli.Omit{})
 	f.Lookup("namespace").Usage = "namespace of the leader-election Lease and the stop switch (default " + DefaultNamespace + ")"
-	logFlags = cli.AddLogFlags(cmd)
+	logFlags = logging.AddFlags(cmd)
 	f.StringVar(&mgrOpts.MetricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (0 disables it)")
 	f.BoolVar(&mgrOpts.MetricsInsecure, "metrics-insecure", false, "serve /metrics over plain HTTP without authentication (default: HTTPS; a scrape needs a token allowed to get /metrics, e.g. bound to ClusterRole rebound-metrics-reader)")
 	f.StringVar(&mgrOpts.MetricsCertDir, "metrics-cert-dir", "", "folder with tls.crt and tls.key for /metrics (default: a self-signed certificate made at start)")

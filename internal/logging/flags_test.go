@@ -1,4 +1,4 @@
-package cli
+package logging
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 // come out of the same handler, in its format, filtered by the same -v.
 func TestKlogGoesToTheLogger(t *testing.T) {
 	var buf bytes.Buffer
-	l := &LogFlags{Format: "json", Verbosity: 2}
+	l := &Flags{Format: "json", Verbosity: 2}
 	logger, _, err := l.Setup(&buf)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func TestKlogGoesToTheLogger(t *testing.T) {
 	if !strings.Contains(lines[1], `"msg":"from klog"`) || !strings.Contains(lines[1], `"lease":"rebound-controller"`) {
 		t.Errorf("klog line = %q", lines[1])
 	}
-	if _, _, err := (&LogFlags{Format: "xml"}).Setup(&buf); err == nil || !strings.Contains(err.Error(), "--log-format") {
+	if _, _, err := (&Flags{Format: "xml"}).Setup(&buf); err == nil || !strings.Contains(err.Error(), "--log-format") {
 		t.Errorf("bad format: err %v, want one naming --log-format", err)
 	}
 }

@@ -1,4 +1,4 @@
-package cli
+package logging
 
 import (
 	"flag"
@@ -12,19 +12,19 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// LogFlags are the logging flags the long-running commands (controller,
+// Flags are the logging flags the long-running commands (controller,
 // agent) share: --log-format text|json and -v.
-type LogFlags struct {
+type Flags struct {
 	Format    string
 	Verbosity int
 	// level is the agent's older --log-level, kept as a deprecated alias.
 	level string
 }
 
-// AddLogFlags registers --log-format and -v (and the deprecated
+// AddFlags registers --log-format and -v (and the deprecated
 // --log-level) on cmd.
-func AddLogFlags(cmd *cobra.Command) *LogFlags {
-	l := &LogFlags{}
+func AddFlags(cmd *cobra.Command) *Flags {
+	l := &Flags{}
 	f := cmd.Flags()
 	f.StringVar(&l.Format, "log-format", "text", "log format: text or json")
 	f.IntVarP(&l.Verbosity, "v", "v", 0, "log verbosity: 0 = actions, changes and errors; 2 = client-go and leader election details; 4 = debug")
@@ -36,7 +36,7 @@ func AddLogFlags(cmd *cobra.Command) *LogFlags {
 // Setup builds the logger on w and routes klog (client-go, leader
 // election) to it, with klog's verbosity set to -v, so that every line of
 // the process has one format. It returns the logger as slog and logr.
-func (l *LogFlags) Setup(w io.Writer) (*slog.Logger, logr.Logger, error) {
+func (l *Flags) Setup(w io.Writer) (*slog.Logger, logr.Logger, error) {
 	level := slog.Level(-l.Verbosity)
 	if l.level != "" {
 		if err := level.UnmarshalText([]byte(l.level)); err != nil {
