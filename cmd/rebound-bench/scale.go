@@ -29,7 +29,7 @@ func runScale(ctx context.Context, args []string) error {
 		podsPerNode = fs.Int("pods-per-node", 20, "pods per node besides the rescued ones (a DaemonSet pod and Deployments of 64 replicas)")
 		critical    = fs.Int("critical", 200, "critical single-replica Deployments placed on the nodes that die")
 		victims     = fs.Int("victims", 0, "nodes that die (0: 100, or 60% of a smaller cluster)")
-		policies    = fs.Int("policies", 20, "RecoveryPolicies (and namespaces) the critical pods are spread over; one policy takes at most 10 actions a minute (its status keeps 10 records), so 1 measures that cap")
+		policies    = fs.Int("policies", 20, "RecoveryPolicies (and namespaces) the critical pods are spread over (1 puts all of them under one policy's maxActionsPerMinute)")
 		steady      = fs.Duration("steady", time.Minute, "how long the idle controller is watched")
 		peeringOn   = fs.Bool("peering", true, "also measure the peering controller and one agent's API traffic with every node reporting")
 		fast        = fs.Bool("fast", false, "use the tests' short timings (lease 8s, grace 12s) instead of upstream's (40s, 50s); heavier on the apiserver")
