@@ -20,7 +20,6 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"rebound/pkg/zone"
 )
@@ -249,7 +248,7 @@ func Attach(dir string) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Dir: dir, Kubeconfig: st.Kubeconfig, ReboundKubeconfig: filepath.Join(dir, "rebound.kubeconfig"), APIServerURL: st.APIServerURL, EtcdURL: st.EtcdURL, NodeNames: st.NodeNames, ZoneKey: st.ZoneKey, Timings: st.Timings, processes: st.Processes}
-	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+	if c.Config, err = restConfig(c.Kubeconfig); err != nil {
 		return nil, err
 	}
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {

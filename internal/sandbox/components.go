@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // progressf prints one progress line to w.
@@ -121,7 +120,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options, pk *pki, pro
 	}
 	c.Kubeconfig = kubeconfigs["admin"]
 	c.ReboundKubeconfig = kubeconfigs["rebound"]
-	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+	if c.Config, err = restConfig(c.Kubeconfig); err != nil {
 		return nil, err
 	}
 	c.Config.QPS, c.Config.Burst = 100, 200

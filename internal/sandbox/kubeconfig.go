@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -62,4 +63,20 @@ func httpProbe(url string, tlsConfig *tls.Config) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// restConfig reads a sandbox kubeconfig with its certificate files loaded
+// into the config: a client that references files watches them for
+// rotation, and once a test's sandbox folder is gone that watcher logs an
+// error every second for the rest of the process.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return nil, err
+	}
+	cfg.CertFile, cfg.KeyFile, cfg.CAFile = "", "", ""
+	return cfg, nil
 }
