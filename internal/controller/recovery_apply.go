@@ -119,30 +119,13 @@ func (r *RecoveryReconciler) updateStatuses(ctx context.Context, log logr.Logger
 	// (and the next deadline) behind one round trip after another.
 	errs := make([]error, len(policies))
 	inParallel(len(policies), func(i int) {
-		p := policies[i]
-		rep, ok := reports[p.Name]
+		rep, ok := reports[policies[i].Name]
 		if !ok {
 			return
 		}
-		next := p.Status.DeepCopy()
-		next.ObservedGeneration = p.Generation
-		next.StrandedPods = int32(rep.Stranded)
-		next.WaitingForFencing = int32(rep.WaitingForFencing)
-		if recs := records[p.Name]; len(recs) > 0 {
-			next.RescuesTotal += int64(len(recs))
-			next.LastActions = rescue.PrependRecords(next.LastActions, recs...)
-		}
-		meta.SetStatusCondition(&next.Conditions, readyCondition(p, rep))
-		meta.SetStatusCondition(&next.Conditions, degradedCondition(p, rep))
-		if equality.Semantic.DeepEqual(&p.Status, next) {
-			return
-		}
-		orig := p.DeepCopy()
-		p.Status = *next
-		// API call: patch recoverypolicies/status (see rbac.go).
-		if err := r.client.Status().Patch(ctx, p, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
-			errs[i] = fmt.Errorf("update status of RecoveryPolicy %s: %w", p.Name, err)
-			log.Error(err, "status update failed", "policy", p.Name)
+		if err := r.writeStatus(ctx, policies[i], rep, records[policies[i].Name]); err != nil {
+			errs[i] = fmt.Errorf("update status of RecoveryPolicy %s: %w", policies[i].Name, err)
+			log.Error(err, "status update failed", "policy", policies[i].Name)
 		}
 	})
 	for _, err := range errs {
@@ -151,6 +134,63 @@ func (r *RecoveryReconciler) updateStatuses(ctx context.Context, log logr.Logger
 		}
 	}
 	return nil
+}
+
+// statusConflictRetries bounds the re-reads after a conflicting status
+// write.
+const statusConflictRetries = 3
+
+// writeStatus patches p's status with the pass's report and records. The
+// patch carries p's resourceVersion: status.lastActions is a list, which
+// a merge patch replaces whole, so a patch computed from a cached policy
+// that has not seen the previous pass's write yet would drop that pass's
+// records (and its rescuesTotal). On a conflict the policy is read again
+// from the API and the records are put on top of what is there.
+func (r *RecoveryReconciler) writeStatus(ctx context.Context, p *v1alpha1.RecoveryPolicy, rep rescue.PolicyReport, recs []v1alpha1.ActionRecord) error {
+	for attempt := 0; ; attempt++ {
+		next := p.Status.DeepCopy()
+		next.ObservedGeneration = p.Generation
+		next.StrandedPods = int32(rep.Stranded)
+		next.WaitingForFencing = int32(rep.WaitingForFencing)
+		if len(recs) > 0 {
+			next.RescuesTotal += int64(len(recs))
+			next.LastActions = rescue.PrependRecords(next.LastActions, recs...)
+		}
+		meta.SetStatusCondition(&next.Conditions, readyCondition(p, rep))
+		meta.SetStatusCondition(&next.Conditions, degradedCondition(p, rep))
+		if equality.Semantic.DeepEqual(&p.Status, next) {
+			return nil
+		}
+		orig := p.DeepCopy()
+		p.Status = *next
+		// API call: patch recoverypolicies/status (see rbac.go).
+		err := r.client.Status().Patch(ctx, p, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			return nil
+		case !apierrors.IsConflict(err) || attempt == statusConflictRetries:
+			return err
+		}
+		fresh, err := r.policyFromAPI(ctx, p.Name)
+		if err != nil || fresh == nil {
+			return err
+		}
+		p = fresh
+	}
+}
+
+// policyFromAPI reads one policy from the API, not the cache; nil when it
+// is gone. A list by name needs no verb beyond the list the cache uses.
+func (r *RecoveryReconciler) policyFromAPI(ctx context.Context, name string) (*v1alpha1.RecoveryPolicy, error) {
+	var list v1alpha1.RecoveryPolicyList
+	// API call: list recoverypolicies (see rbac.go).
+	if err := r.reader.List(ctx, &list, client.MatchingFields{"metadata.name": name}); err != nil {
+		return nil, err
+	}
+	if len(list.Items) == 0 {
+		return nil, nil
+	}
+	return &list.Items[0], nil
 }
 
 // conditionMessageMax is the API's maxLength for a condition's message.

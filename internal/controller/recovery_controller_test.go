@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -84,7 +85,11 @@ func newTestReconciler(t *testing.T, rec *recorder, objs []client.Object) (*Reco
 				return []string{p.Spec.NodeName}
 			}
 			return nil
-		}).Build()
+		}).
+		// The apiserver selects every kind by metadata.name; the fake
+		// client only by a registered index.
+		WithIndex(&v1alpha1.RecoveryPolicy{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
+		Build()
 	var runtimeObjs []runtime.Object
 	for _, o := range objs {
 		if _, ours := o.(*v1alpha1.RecoveryPolicy); !ours {
@@ -163,5 +168,41 @@ func TestErrorsRequeueAtNextCheck(t *testing.T) {
 	}
 	if res.RequeueAfter <= 0 || res.RequeueAfter > retryAfterError {
 		t.Errorf("RequeueAfter %v, want within %v", res.RequeueAfter, retryAfterError)
+	}
+}
+
+// TestStatusWriteFromStaleCacheKeepsRecords: a pass whose cached policy
+// has not seen the previous pass's status write yet must not replace that
+// pass's records (status.lastActions is a list, which a merge patch
+// replaces whole): its write conflicts, and it puts its records on top of
+// the policy as the API has it.
+func TestStatusWriteFromStaleCacheKeepsRecords(t *testing.T) {
+	rec := &recorder{calls: map[apiCall]bool{}}
+	r, base, _ := newTestReconciler(t, rec, recoveryWorld())
+	ctx := context.Background()
+	var stale v1alpha1.RecoveryPolicy
+	if err := base.Get(ctx, client.ObjectKey{Name: "default"}, &stale); err != nil {
+		t.Fatal(err)
+	}
+	record := func(pod string) v1alpha1.ActionRecord {
+		return v1alpha1.ActionRecord{Time: metav1.NewTime(now), Action: v1alpha1.RecordedDeleteAndReplace, Pod: pod, Result: rescue.ResultSucceeded}
+	}
+	rep := rescue.PolicyReport{Name: "default", Valid: true}
+	if err := r.writeStatus(ctx, stale.DeepCopy(), rep, []v1alpha1.ActionRecord{record("kube-system/a")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.writeStatus(ctx, stale.DeepCopy(), rep, []v1alpha1.ActionRecord{record("kube-system/b")}); err != nil {
+		t.Fatalf("second write from the stale policy: %v", err)
+	}
+	var got v1alpha1.RecoveryPolicy
+	if err := base.Get(ctx, client.ObjectKey{Name: "default"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	var pods []string
+	for _, a := range got.Status.LastActions {
+		pods = append(pods, a.Pod)
+	}
+	if got.Status.RescuesTotal != 2 || !slices.Equal(pods, []string{"kube-system/b", "kube-system/a"}) {
+		t.Errorf("status after two passes: rescuesTotal %d, records %v; want 2 and [kube-system/b kube-system/a]", got.Status.RescuesTotal, pods)
 	}
 }
