@@ -43,6 +43,7 @@ func Plan(in Input, now time.Time) Result {
 	nodes := uniqueSortedNodes(in.Nodes)
 	ev := AliveEvidence(nodes, in.Reports, now, cfg.Evidence)
 	dups := duplicateAddresses(nodes, in.State)
+	firstReturn := returnedAfterOutage(nodes)
 
 	res := Result{State: State{Nodes: make(map[string]NodeState, len(nodes)), ThawedAt: in.State.ThawedAt}}
 	decisions := make([]decision, len(nodes))
@@ -57,7 +58,7 @@ func Plan(in Input, now time.Time) Result {
 			if n.Ready {
 				allNotReady = false
 			}
-			d := decide(cfg, n, prev, known, ev.Alive[n.Name], ev.BFDDownSince[n.Name], thawedAt, now)
+			d := decide(cfg, n, prev, known, ev.Alive[n.Name], ev.BFDDownSince[n.Name], latestOf(thawedAt, firstReturn), now)
 			if dups[n.Name] != "" {
 				d = decision{reason: OutDuplicate, message: dups[n.Name]}
 			}
@@ -268,7 +269,7 @@ type decision struct {
 }
 
 // decide applies the membership rules to one node, first match wins.
-func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDownSince, thawedAt, now time.Time) decision {
+func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDownSince, restart, now time.Time) decision {
 	switch {
 	case !n.Address.IsValid():
 		return decision{reason: OutNoAddress, message: "no valid BGP address: nothing to peer with"}
@@ -298,10 +299,11 @@ func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDow
 		// Re-added after a removal: the streak cannot predate the rejoin.
 		streakStart = prev.Since
 	}
-	if known && thawedAt.After(streakStart) {
-		// NotReady through a freeze of the set: the grace counts from
-		// the thaw (see Plan).
-		streakStart = thawedAt
+	if !streakStart.IsZero() && restart.After(streakStart) {
+		// NotReady through a freeze of the set, or through what may have
+		// been a full disruption this planner never saw: the grace
+		// counts from its end (see Plan and returnedAfterOutage).
+		streakStart = restart
 	}
 	var assumedStart time.Time
 	if streakStart.IsZero() {
@@ -389,4 +391,38 @@ func stamp(t time.Time) string {
 		return "an unknown time"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// returnedAfterOutage is the earliest Ready transition among the Ready
+// nodes: the end of the last full disruption as the Node objects record
+// it, or earlier. Every Ready node's last transition was out of NotReady,
+// so a node NotReady since before this time may have been NotReady
+// together with all of them: a full disruption that this planner never
+// saw frozen (the controller restarted, or was cut off from the apiserver
+// with the nodes, as an in-cluster controller is in a control-plane
+// partition). Its grace counts from here, as after a thaw. In a healthy
+// cluster some node has been Ready for long and this changes nothing.
+// Zero when no node is Ready or a Ready node has no transition time.
+// pkg/rescue applies the same reading to its eviction clocks.
+func returnedAfterOutage(nodes []Node) time.Time {
+	var first time.Time
+	for _, n := range nodes {
+		if !n.Ready {
+			continue
+		}
+		if n.LastTransition.IsZero() {
+			return time.Time{}
+		}
+		if first.IsZero() || n.LastTransition.Before(first) {
+			first = n.LastTransition
+		}
+	}
+	return first
+}
+
+func latestOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -53,3 +53,45 @@ func TestPlanPartitionHealsNodeByNode(t *testing.T) {
 		t.Errorf("a grace after the thaw: peers %s, want [node-0 node-1 node-2]", got)
 	}
 }
+
+// TestPlanUnseenPartitionHeals: the planner never saw the set frozen (the
+// controller restarted, or was cut off with the nodes). Every Ready node
+// returned after node-3 and node-4 went NotReady, so their grace counts
+// from the first return, not from their NotReady transitions long ago;
+// with one node Ready throughout, it counts from their own transitions.
+func TestPlanUnseenPartitionHeals(t *testing.T) {
+	cfg := Config{PruneGracePeriod: 40 * time.Second}
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	names := []string{"node-0", "node-1", "node-2", "node-3", "node-4"}
+	down := t0.Add(-10 * time.Minute)
+	returned := t0
+	var nodes []Node
+	state := State{Nodes: map[string]NodeState{}}
+	for i, n := range names {
+		state.Nodes[n] = NodeState{InSet: true, Since: down.Add(-time.Hour), Address: addr(i + 1)}
+		if i < 3 {
+			nodes = append(nodes, ready(n, i+1, returned.Add(time.Duration(i)*time.Second)))
+		} else {
+			nodes = append(nodes, notReady(n, i+1, down))
+		}
+	}
+	res := Plan(Input{Nodes: nodes, State: state, Config: cfg}, returned.Add(10*time.Second))
+	if len(res.Peers) != 5 || len(res.Changes) != 0 || res.Frozen {
+		t.Fatalf("10 s after the first return: peers %v, changes %v, frozen %v; want all 5 kept in their grace", res.PeerNames(), changeNames(res.Changes), res.Frozen)
+	}
+	if want := returned.Add(cfg.PruneGracePeriod); res.NextCheck != want {
+		t.Errorf("next check %v, want the end of the grace counted from the first return %v", res.NextCheck, want)
+	}
+	res = Plan(Input{Nodes: nodes, State: res.State, Config: cfg}, returned.Add(cfg.PruneGracePeriod+time.Second))
+	if got := fmt.Sprint(res.PeerNames()); got != "[node-0 node-1 node-2]" {
+		t.Errorf("a grace after the first return: peers %s, want [node-0 node-1 node-2]", got)
+	}
+
+	// node-0 Ready since before node-3 and node-4 went NotReady: no
+	// disruption can have covered them, and they leave at once.
+	nodes[0] = ready(names[0], 1, down.Add(-time.Hour))
+	res = Plan(Input{Nodes: nodes, State: state, Config: cfg}, returned.Add(10*time.Second))
+	if got := fmt.Sprint(res.PeerNames()); got != "[node-0 node-1 node-2]" {
+		t.Errorf("one node Ready throughout: peers %s, want [node-0 node-1 node-2]", got)
+	}
+}
