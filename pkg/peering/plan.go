@@ -22,6 +22,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"rebound/pkg/zone"
 )
 
 // Plan computes the peer set for the snapshot in at time now.
@@ -43,7 +45,9 @@ func Plan(in Input, now time.Time) Result {
 	nodes := uniqueSortedNodes(in.Nodes)
 	ev := AliveEvidence(nodes, in.Reports, now, cfg.Evidence)
 	dups := duplicateAddresses(nodes, in.State)
-	firstReturn := returnedAfterOutage(nodes)
+	// A full disruption this planner never saw frozen ends, as the nodes
+	// record it, at the first return (zone.FullDisruptionEnd).
+	firstReturn := zone.FullDisruptionEnd(nodes, func(n Node) (bool, time.Time) { return n.Ready, n.LastTransition })
 
 	res := Result{State: State{Nodes: make(map[string]NodeState, len(nodes)), ThawedAt: in.State.ThawedAt}}
 	decisions := make([]decision, len(nodes))
@@ -299,10 +303,11 @@ func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDow
 		// Re-added after a removal: the streak cannot predate the rejoin.
 		streakStart = prev.Since
 	}
+	own := streakStart
 	if !streakStart.IsZero() && restart.After(streakStart) {
 		// NotReady through a freeze of the set, or through what may have
 		// been a full disruption this planner never saw: the grace
-		// counts from its end (see Plan and returnedAfterOutage).
+		// counts from its end (see Plan).
 		streakStart = restart
 	}
 	var assumedStart time.Time
@@ -315,10 +320,15 @@ func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDow
 	grace := cfg.PruneGrace(len(removals))
 	down := now.Sub(streakStart)
 	if down < grace {
+		msg := fmt.Sprintf("NotReady for %s, within the %s grace period (%d removals in the last %s)", down, grace, len(removals), cfg.FlapWindow)
+		if streakStart != own {
+			msg = fmt.Sprintf("NotReady for %s; the %s grace period (%d removals in the last %s) counts from %s, when the set thawed or the first node Ready now returned (every node may have been NotReady until then), and %s of it has passed",
+				now.Sub(own), grace, len(removals), cfg.FlapWindow, stamp(streakStart), down)
+		}
 		return decision{
 			inSet:       true,
 			reason:      InGracePeriod,
-			message:     fmt.Sprintf("NotReady for %s, within the %s grace period (%d removals in the last %s)", down, grace, len(removals), cfg.FlapWindow),
+			message:     msg,
 			pruneAt:     cfg.pruneTime(streakStart, removals, now),
 			streakStart: assumedStart,
 		}
@@ -391,33 +401,6 @@ func stamp(t time.Time) string {
 		return "an unknown time"
 	}
 	return t.UTC().Format(time.RFC3339)
-}
-
-// returnedAfterOutage is the earliest Ready transition among the Ready
-// nodes: the end of the last full disruption as the Node objects record
-// it, or earlier. Every Ready node's last transition was out of NotReady,
-// so a node NotReady since before this time may have been NotReady
-// together with all of them: a full disruption that this planner never
-// saw frozen (the controller restarted, or was cut off from the apiserver
-// with the nodes, as an in-cluster controller is in a control-plane
-// partition). Its grace counts from here, as after a thaw. In a healthy
-// cluster some node has been Ready for long and this changes nothing.
-// Zero when no node is Ready or a Ready node has no transition time.
-// pkg/rescue applies the same reading to its eviction clocks.
-func returnedAfterOutage(nodes []Node) time.Time {
-	var first time.Time
-	for _, n := range nodes {
-		if !n.Ready {
-			continue
-		}
-		if n.LastTransition.IsZero() {
-			return time.Time{}
-		}
-		if first.IsZero() || n.LastTransition.Before(first) {
-			first = n.LastTransition
-		}
-	}
-	return first
 }
 
 func latestOf(a, b time.Time) time.Time {

@@ -223,7 +223,8 @@ type planner struct {
 	targets    *targetIndex
 	disruption Disruption
 	// firstReturn is the earliest Ready transition of the nodes Ready now
-	// (see returnedAfterOutage).
+	// (zone.FullDisruptionEnd): the end of a full disruption this
+	// planner may never have seen.
 	firstReturn time.Time
 }
 
@@ -247,7 +248,7 @@ func PlanFor(s Snapshot) Plan {
 	if s.PreviousDisruption.Active && !p.disruption.Active {
 		p.disruption.EndedAt = s.Now
 	}
-	p.firstReturn = returnedAfterOutage(s.Nodes)
+	p.firstReturn = zone.FullDisruptionEnd(s.Nodes, kubestatus.NodeReadySince)
 	p.zones = zone.Advance(s.PreviousZones, infos, cfg)
 	p.rules = compilePolicies(s.Policies)
 
@@ -299,38 +300,6 @@ func (p *planner) clockRestartNote(since time.Time) string {
 	default:
 		return fmt.Sprintf(" (the clock restarted at %s, when the first node Ready now returned: every node Ready now was NotReady after this one went NotReady, so a full disruption may have ended then)", formatTime(start))
 	}
-}
-
-// returnedAfterOutage is the earliest Ready transition among the nodes
-// that are Ready: the end of the last full disruption as the Node objects
-// themselves record it, or earlier. Every Ready node's last transition was
-// out of NotReady, so just before this time no node now Ready was in its
-// current Ready spell; a node NotReady since before it may have been
-// NotReady together with all of them, a full disruption that this planner
-// never saw (it restarted, or was itself cut off from the apiserver, as
-// in-cluster controllers are in a control-plane partition). Counting such
-// a node's clock from here can only start it later, never earlier, and in
-// a healthy cluster, where some Ready node has been Ready for long, it
-// changes nothing: the time is older than any current NotReady spell.
-// Zero when no node is Ready or one has no transition time.
-func returnedAfterOutage(nodes []*corev1.Node) time.Time {
-	var first time.Time
-	for _, n := range nodes {
-		if n == nil {
-			continue
-		}
-		c := kubestatus.NodeReadyCondition(n)
-		if c == nil || c.Status != corev1.ConditionTrue {
-			continue
-		}
-		if c.LastTransitionTime.IsZero() {
-			return time.Time{}
-		}
-		if first.IsZero() || c.LastTransitionTime.Time.Before(first) {
-			first = c.LastTransitionTime.Time
-		}
-	}
-	return first
 }
 
 func latest(ts ...time.Time) time.Time {

@@ -307,3 +307,35 @@ func EvictionETA(rate float64, ahead int) (earliest, latest time.Duration, ok bo
 func seconds(s float64) time.Duration {
 	return time.Duration(math.Round(s * float64(time.Second)))
 }
+
+// FullDisruptionEnd is the earliest Ready transition among the nodes that
+// are Ready: the end of the last full disruption as the Node objects
+// themselves record it, or earlier. readySince reads one node (as
+// kubestatus.NodeReadySince does). Every Ready node's last transition was out of
+// NotReady, so just before this time no node now Ready was in its current
+// Ready spell, and a node NotReady since before it may have been NotReady
+// together with all of them: a full disruption that a planner never saw
+// (it restarted, or was cut off from the apiserver with the nodes, as an
+// in-cluster controller is in a control-plane partition). rebound's clocks
+// for such a node (pkg/rescue's maxUnavailableTime, pkg/peering's prune
+// grace) start here, as kube-controller-manager restarts its own when a
+// full disruption ends. That only ever starts a clock later; in a healthy
+// cluster some node has been Ready for long and the time is older than any
+// current NotReady spell. Zero when no node is Ready or a Ready node has no
+// transition time.
+func FullDisruptionEnd[N any](nodes []N, readySince func(N) (ready bool, since time.Time)) time.Time {
+	var first time.Time
+	for _, n := range nodes {
+		ready, since := readySince(n)
+		if !ready {
+			continue
+		}
+		if since.IsZero() {
+			return time.Time{}
+		}
+		if first.IsZero() || since.Before(first) {
+			first = since
+		}
+	}
+	return first
+}
