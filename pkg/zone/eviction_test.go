@@ -440,3 +440,26 @@ func BenchmarkEvaluate(b *testing.B) {
 		}
 	}
 }
+
+func TestFullDisruptionEnd(t *testing.T) {
+	type node struct {
+		ready bool
+		since time.Time
+	}
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	read := func(n node) (bool, time.Time) { return n.ready, n.since }
+	for _, tc := range []struct {
+		name  string
+		nodes []node
+		want  time.Time
+	}{
+		{"no node Ready", []node{{false, t0}, {false, t0.Add(time.Second)}}, time.Time{}},
+		{"the earliest Ready transition; NotReady ones do not count", []node{{true, t0.Add(2 * time.Second)}, {false, t0}, {true, t0.Add(time.Second)}}, t0.Add(time.Second)},
+		{"a Ready node without a transition time: unknown", []node{{true, t0}, {true, time.Time{}}}, time.Time{}},
+		{"no nodes", nil, time.Time{}},
+	} {
+		if got := FullDisruptionEnd(tc.nodes, read); !got.Equal(tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
