@@ -5,6 +5,7 @@ package controller
 
 import (
 	"fmt"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"net/http"
 	"time"
 
@@ -151,28 +152,35 @@ func trimPod(obj any) (any, error) {
 		Volumes:                       volumes,
 		PriorityClassName:             pod.Spec.PriorityClassName,
 		TerminationGracePeriodSeconds: pod.Spec.TerminationGracePeriodSeconds,
-		Containers:                    requestsOnly(pod.Spec.Containers),
-		InitContainers:                requestsOnly(pod.Spec.InitContainers),
-		Overhead:                      pod.Spec.Overhead,
-		Resources:                     pod.Spec.Resources,
+		Containers:                    requestsOnly(pod),
 	}
-	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions}
+	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: disruptionTargetOnly(pod.Status.Conditions)}
 	return pod, nil
 }
 
-// requestsOnly keeps of each container what the scheduler sums for its
-// requests (component-helpers' PodRequests): name, requests and, for init
-// containers, the restart policy that makes a sidecar.
-func requestsOnly(cs []corev1.Container) []corev1.Container {
-	if len(cs) == 0 {
+// requestsOnly is one container that requests what the scheduler counts
+// for the whole pod (component-helpers' PodRequests: containers, init
+// containers and sidecars, overhead, pod-level resources), so that
+// PodRequests of the trimmed pod is the same; none when it requests
+// nothing. A container is the biggest part of a cached pod, and at 20,000
+// pods every byte of it counts.
+func requestsOnly(pod *corev1.Pod) []corev1.Container {
+	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	if len(req) == 0 {
 		return nil
 	}
-	out := make([]corev1.Container, len(cs))
-	for i, c := range cs {
-		out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy,
-			Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests}}
+	return []corev1.Container{{Name: "requests", Resources: corev1.ResourceRequirements{Requests: req}}}
+}
+
+// disruptionTargetOnly keeps the one pod condition the planner reads:
+// DisruptionTarget, which names the upstream controller that deleted a pod.
+func disruptionTargetOnly(conds []corev1.PodCondition) []corev1.PodCondition {
+	for _, c := range conds {
+		if c.Type == corev1.DisruptionTarget {
+			return []corev1.PodCondition{c}
+		}
 	}
-	return out
+	return nil
 }
 
 // trimNode drops the parts of a node no planner reads; the image list

@@ -6,8 +6,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -49,7 +51,7 @@ func TestTrimPodKeepsWhatThePlannerReads(t *testing.T) {
 		t.Errorf("scheduling constraints dropped: %+v", p.Spec)
 	}
 	if len(p.Spec.Containers) != 1 || p.Spec.Containers[0].Resources.Requests.Cpu().String() != "2" || p.Spec.Containers[0].Image != "" || p.Spec.Containers[0].Env != nil {
-		t.Errorf("containers = %+v, want the name and requests only", p.Spec.Containers)
+		t.Errorf("containers = %+v, want one with the pod's requests only", p.Spec.Containers)
 	}
 
 	// The decision on the trimmed pod equals the one on the full pod.
@@ -90,5 +92,42 @@ func TestNodePredicateSeesCordon(t *testing.T) {
 	grown.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}
 	if !nodePredicate().Update(event.UpdateEvent{ObjectOld: old, ObjectNew: grown}) {
 		t.Error("allocatable change filtered out")
+	}
+}
+
+// TestTrimPodKeepsRequests: the trimmed pod requests what the scheduler
+// counts for the full one (containers, a sidecar and a plain init
+// container, overhead), and keeps of its conditions only DisruptionTarget.
+func TestTrimPodKeepsRequests(t *testing.T) {
+	cpu := func(v string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(v), corev1.ResourceMemory: resource.MustParse("64Mi")}}
+	}
+	full := &corev1.Pod{
+		Spec: corev1.PodSpec{
+			Containers:     []corev1.Container{{Name: "a", Resources: cpu("500m")}, {Name: "b", Resources: cpu("250m")}},
+			InitContainers: []corev1.Container{{Name: "setup", Resources: cpu("2")}, {Name: "proxy", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Resources: cpu("100m")}},
+			Overhead:       corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m")},
+		},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+			{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager"},
+		}},
+	}
+	want := resourcehelper.PodRequests(full, resourcehelper.PodResourcesOptions{})
+	out, err := trimPod(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := out.(*corev1.Pod)
+	got := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	if !equality.Semantic.DeepEqual(got, want) || len(p.Spec.Containers) != 1 || p.Spec.InitContainers != nil {
+		t.Errorf("trimmed requests %v in %d containers, want %v in one", got, len(p.Spec.Containers), want)
+	}
+	if len(p.Status.Conditions) != 1 || p.Status.Conditions[0].Type != corev1.DisruptionTarget {
+		t.Errorf("conditions = %+v, want DisruptionTarget only", p.Status.Conditions)
+	}
+	none, _ := trimPod(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pause"}}}})
+	if c := none.(*corev1.Pod).Spec.Containers; c != nil {
+		t.Errorf("a pod that requests nothing keeps containers %+v, want none", c)
 	}
 }

@@ -84,7 +84,8 @@ func StartControllerAs(c *sandbox.Cluster, kubeconfig, bin, name string, args ..
 	defer f.Close()
 	full := append([]string{"controller",
 		"--kubeconfig", kubeconfig,
-		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(mport),
+		// Plain HTTP on loopback: the bench reads the metrics itself.
+		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(mport), "--metrics-insecure",
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(hport),
 	}, args...)
 	cmd := exec.Command(bin, full...)

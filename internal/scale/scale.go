@@ -8,6 +8,7 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -217,7 +218,10 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 	}
 	say("  controller ready; watching it idle for %s", o.Steady)
 	comps := componentPIDs(c)
-	idle0, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
+	idle0, err := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
+	if err != nil {
+		return res, fmt.Errorf("read the controller's metrics: %w", err)
+	}
 	triggers0 := ctl.Triggers(ctx)
 	before, _ := SampleProc(ctl.PID)
 	compBefore := sampleAll(comps)
@@ -225,7 +229,10 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 		return res, err
 	}
 	after, _ := SampleProc(ctl.PID)
-	idle1, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
+	idle1, err := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
+	if err != nil {
+		return res, fmt.Errorf("read the controller's metrics: %w", err)
+	}
 	res.IdlePasses = int(idle1 - idle0)
 	res.IdleTriggers = map[string]int{}
 	for kind, n := range ctl.Triggers(ctx) {
@@ -252,8 +259,11 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 		return res, err
 	}
 	res.Stranded = len(stranded)
-	sum0, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_sum")
-	n0, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
+	sum0, err0 := ctl.Metric(ctx, "rebound_plan_duration_seconds_sum")
+	n0, err1 := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
+	if err := errors.Join(err0, err1); err != nil {
+		return res, fmt.Errorf("read the controller's metrics: %w", err)
+	}
 	say("  stopping %d nodes in zone-a with %d stranded critical pods", len(victims), len(stranded))
 	// Cordoned first: a victim whose heartbeats stopped still looks Ready
 	// until its grace period ends, and a replacement scheduled there would
@@ -293,8 +303,11 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 	}
 	end, _ := SampleProc(ctl.PID)
 	res.PeakRSSMiB = end.PeakMiB
-	sum1, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_sum")
-	n1, _ := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
+	sum1, err0 := ctl.Metric(ctx, "rebound_plan_duration_seconds_sum")
+	n1, err1 := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
+	if err := errors.Join(err0, err1); err != nil {
+		return res, fmt.Errorf("read the controller's metrics: %w", err)
+	}
 	if res.Passes = int(n1 - n0); res.Passes > 0 {
 		res.PassMs = (sum1 - sum0) / (n1 - n0) * 1000
 	}
