@@ -142,6 +142,7 @@ func printScaleMetrics(w io.Writer, o scale.Options, r scale.Result) {
 	fmt.Fprintf(w, "METRIC %spopulate_seconds=%.0f s\n", p, r.Population.Took.Seconds())
 	fmt.Fprintf(w, "METRIC %scontroller_rss_steady=%.1f MiB\n", p, r.SteadyRSSMiB)
 	fmt.Fprintf(w, "METRIC %scontroller_rss_peak=%.1f MiB\n", p, r.PeakRSSMiB)
+	fmt.Fprintf(w, "METRIC %scontroller_rss_startup_peak=%.1f MiB\n", p, r.StartupPeakRSSMiB)
 	fmt.Fprintf(w, "METRIC %scontroller_cpu_per_min=%.2f s\n", p, r.CPUPerMin)
 	fmt.Fprintf(w, "METRIC %sidle_requests_per_min=%.1f count\n", p, r.Idle.PerMinute(total(r.Idle.ByVerb)))
 	fmt.Fprintf(w, "METRIC %sidle_writes_per_min=%.1f count\n", p, r.Idle.PerMinute(r.Idle.Writes))

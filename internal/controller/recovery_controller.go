@@ -86,6 +86,7 @@ type RecoveryReconciler struct {
 	prevDisruption rescue.Disruption
 	announced      map[string]bool            // dry-run and stopped actions already logged
 	blocked        map[string]rescue.Decision // pod UID -> NoTarget/Held already reported
+	usage          *usageIndex                // pods' requests per node; nil: read the pods
 	ledger         []rescue.LedgerEntry       // real actions of the last minute
 	ledgerSince    time.Time                  // the first pass: the ledger is whole from then on
 }
@@ -103,6 +104,13 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 		opts.APIClient = cs
 	}
 	r := newRecoveryReconciler(mgr.GetClient(), mgr.GetAPIReader(), opts)
+	podInformer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("pod informer for the usage index: %w", err)
+	}
+	if r.usage, err = newUsageIndex(podInformer); err != nil {
+		return err
+	}
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{recoveryKey}
 	})

@@ -19,9 +19,9 @@ import (
 // objects are shared, not copied (UnsafeDisableDeepCopy), and PlanFor
 // never writes to its input. Of the pods it reads only those bound to
 // NotReady nodes, through the node-name index: PlanFor examines no other,
-// so a pass costs the NotReady nodes' pods, not the cluster's; during an
-// incident (a node NotReady) it also reads the Ready nodes' pods, whose
-// requests decide whether a replacement can run anywhere.
+// so a pass costs the NotReady nodes' pods, not the cluster's; what the
+// Ready nodes' pods request, which decides whether a replacement can run
+// anywhere, comes from the usage index (usage.go).
 //
 // Policies are the exception: their status is patched from them, so they
 // are deep copies.
@@ -48,13 +48,20 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 	}
 	s.Nodes = pointers(nodes.Items)
 	incident := slices.ContainsFunc(s.Nodes, func(n *corev1.Node) bool { return !kubestatus.NodeReady(n) })
+	// What the Ready nodes' pods request, during an incident only: the
+	// target check (pkg/rescue target.go) needs it to tell whether a
+	// replacement fits. The usage index keeps it per node from pod events;
+	// until it has seen every pod, the pods themselves are read.
+	usage := incident && r.usage != nil && r.usage.synced()
+	if usage {
+		s.Usage = r.usage.forNodes(s.Nodes)
+	}
 	for _, n := range s.Nodes {
-		// The Ready nodes' pods too, during an incident only: the target
-		// check (pkg/rescue target.go) sums their requests to tell
-		// whether a replacement fits. PlanFor sums them only when a
-		// stranded pod needs a target.
 		if !incident {
 			break
+		}
+		if usage && kubestatus.NodeReady(n) {
+			continue
 		}
 		var pods corev1.PodList
 		if err := r.client.List(ctx, &pods, client.MatchingFields{podNodeIndex: n.Name}, client.UnsafeDisableDeepCopy); err != nil {

@@ -1,7 +1,9 @@
 package scale
 
 import (
+	"fmt"
 	"math"
+	"os"
 	"slices"
 	"sort"
 	"time"
@@ -77,6 +79,13 @@ func SampleProc(pid int) (ProcSample, error) {
 	rss, peak := sandbox.ProcessMemoryKiB(pid)
 	cpu, err := sandbox.ProcessCPUSeconds(pid)
 	return ProcSample{At: time.Now(), RSSMiB: float64(rss) / 1024, PeakMiB: float64(peak) / 1024, CPUSeconds: cpu}, err
+}
+
+// ResetPeak restarts the process's peak RSS (VmHWM) from its current RSS
+// (Linux: "5" to /proc/PID/clear_refs), so that a later sample's PeakMiB
+// is the peak of what came after, not of the start-up.
+func ResetPeak(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 
 // CPUPerMinute is the CPU seconds used per minute between two samples.

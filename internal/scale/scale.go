@@ -131,10 +131,12 @@ type Result struct {
 	Population sandbox.PopulationResult  `json:"population"`
 	Components map[string]ComponentUsage `json:"components"`
 
-	SteadyRSSMiB float64  `json:"steadyRssMiB"`
-	PeakRSSMiB   float64  `json:"peakRssMiB"`
-	CPUPerMin    float64  `json:"cpuSecondsPerMin"`
-	Idle         Requests `json:"idle"`
+	SteadyRSSMiB float64 `json:"steadyRssMiB"`
+	PeakRSSMiB   float64 `json:"peakRssMiB"`
+	// StartupPeakRSSMiB is the peak before the rescue: the first lists.
+	StartupPeakRSSMiB float64  `json:"startupPeakRssMiB"`
+	CPUPerMin         float64  `json:"cpuSecondsPerMin"`
+	Idle              Requests `json:"idle"`
 	// IdlePasses counts planning passes while idle: each costs a read of
 	// the stop switch.
 	IdlePasses int `json:"idlePasses"`
@@ -263,6 +265,15 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 	n0, err1 := ctl.Metric(ctx, "rebound_plan_duration_seconds_count")
 	if err := errors.Join(err0, err1); err != nil {
 		return res, fmt.Errorf("read the controller's metrics: %w", err)
+	}
+	// The start-up's peak (the first lists, every object as the API sent
+	// it before the transforms trimmed it) is its own figure; the rescue's
+	// peak counts from here.
+	if s, err := SampleProc(ctl.PID); err == nil {
+		res.StartupPeakRSSMiB = s.PeakMiB
+	}
+	if err := ResetPeak(ctl.PID); err != nil {
+		return res, fmt.Errorf("reset the controller's peak RSS: %w", err)
 	}
 	say("  stopping %d nodes in zone-a with %d stranded critical pods", len(victims), len(stranded))
 	// Cordoned first: a victim whose heartbeats stopped still looks Ready

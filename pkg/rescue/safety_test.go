@@ -221,6 +221,36 @@ func TestNoTarget(t *testing.T) {
 			reasons:   noTarget("insufficient cpu (requests 500m, free 200m): node-0"),
 		},
 		{
+			// The same, with the Ready node's pods given as the caller's
+			// running sums (the controller's Snapshot.Usage), not as pods.
+			name: "requests above allocatable minus Snapshot.Usage: NoTarget",
+			world: func() *world {
+				w := s1(at(time.Minute))
+				allocatable(node0(w), "1", "110")
+				w.runningOn("big", "node-0", "800m", corev1.PodRunning)
+				w.runningOn("done", "node-0", "800m", corev1.PodSucceeded)
+				withRequests(w.s.Pods[0], "500m")
+				w.s.Usage = map[string]NodeUsage{}
+				var kept []*corev1.Pod
+				for _, p := range w.s.Pods {
+					if p.Spec.NodeName != "node-0" {
+						kept = append(kept, p)
+						continue
+					}
+					if node, req, ok := PodUsage(p); ok {
+						u := w.s.Usage[node]
+						u.Add(req)
+						w.s.Usage[node] = u
+					}
+				}
+				w.s.Pods = kept
+				return w
+			},
+			decisions: map[string]Decision{coredns: DecisionNoTarget},
+			nextCheck: noTargetAt,
+			reasons:   noTarget("insufficient cpu (requests 500m, free 200m): node-0"),
+		},
+		{
 			name: "requests fit: Act",
 			world: func() *world {
 				w := s1(at(time.Minute))

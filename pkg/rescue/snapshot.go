@@ -77,6 +77,13 @@ type Snapshot struct {
 	// cannot let a pass exceed maxActionsPerMinute; status stays the
 	// record across restarts.
 	RecentActions []LedgerEntry
+	// Usage, when set, is what the pods bound to each node request
+	// (NodeUsage, counted with PodUsage); a controller keeps it up to
+	// date from its pod events, so that a plan that looks for a target
+	// reads a thousand sums instead of every pod of every Ready node.
+	// Then Pods need only hold the NotReady nodes' pods. Nil: the planner
+	// sums Pods itself.
+	Usage map[string]NodeUsage
 	// LedgerSince is when the caller's ledger began (the controller's
 	// first pass as leader); zero for none. Once a minute has passed
 	// since, the ledger holds every real action of the last minute (only

@@ -64,7 +64,8 @@ type targetIndex struct {
 }
 
 // buildTargets indexes the Ready nodes and what is already requested on
-// them.
+// them: Snapshot.Usage when the caller keeps it, else summed from
+// Snapshot.Pods.
 func buildTargets(s *Snapshot, notReady map[string]*nodeState) *targetIndex {
 	t := &targetIndex{used: map[string]corev1.ResourceList{}, pods: map[string]int64{}}
 	for _, n := range s.Nodes {
@@ -74,24 +75,76 @@ func buildTargets(s *Snapshot, notReady map[string]*nodeState) *targetIndex {
 		}
 	}
 	slices.SortFunc(t.ready, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
-	for _, pod := range s.Pods {
-		if pod == nil || pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
+	if s.Usage != nil {
+		for name, used := range t.used {
+			u := s.Usage[name]
+			for r, q := range u.Requested {
+				used[r] = q.DeepCopy()
+			}
+			t.pods[name] = u.Pods
 		}
-		used, ok := t.used[pod.Spec.NodeName]
+		return t
+	}
+	for _, pod := range s.Pods {
+		node, req, ok := PodUsage(pod)
 		if !ok {
 			continue
 		}
-		// A terminating pod still holds its resources until it is gone,
-		// as the scheduler counts it.
-		for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
-			sum := used[name]
-			sum.Add(q)
-			used[name] = sum
+		used, ok := t.used[node]
+		if !ok {
+			continue
 		}
-		t.pods[pod.Spec.NodeName]++
+		addRequests(used, req)
+		t.pods[node]++
 	}
 	return t
+}
+
+// NodeUsage is what the pods bound to one node request, as the scheduler
+// counts it, and how many they are.
+type NodeUsage struct {
+	Requested corev1.ResourceList
+	Pods      int64
+}
+
+// PodUsage is what pod takes up on its node: the node, and the requests
+// the scheduler counts for it (component-helpers' PodRequests). ok is
+// false for a pod that takes nothing: not bound, or finished (Succeeded,
+// Failed). A terminating pod still holds its resources until it is gone,
+// as the scheduler counts it. The one rule for buildTargets and for a
+// caller's Snapshot.Usage.
+func PodUsage(pod *corev1.Pod) (node string, requests corev1.ResourceList, ok bool) {
+	if pod == nil || pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return "", nil, false
+	}
+	return pod.Spec.NodeName, resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), true
+}
+
+// Add counts a pod's requests (from PodUsage) in u.
+func (u *NodeUsage) Add(requests corev1.ResourceList) {
+	if u.Requested == nil {
+		u.Requested = corev1.ResourceList{}
+	}
+	addRequests(u.Requested, requests)
+	u.Pods++
+}
+
+// Remove takes back what Add counted.
+func (u *NodeUsage) Remove(requests corev1.ResourceList) {
+	for name, q := range requests {
+		sum := u.Requested[name]
+		sum.Sub(q)
+		u.Requested[name] = sum
+	}
+	u.Pods--
+}
+
+func addRequests(sum, requests corev1.ResourceList) {
+	for name, q := range requests {
+		v := sum[name]
+		v.Add(q)
+		sum[name] = v
+	}
 }
 
 // rejection is why one Ready node cannot take a pod.
