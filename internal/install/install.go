@@ -13,6 +13,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,19 +35,35 @@ func NewClient(cfg *rest.Config) (client.Client, error) {
 	return client.New(cfg, client.Options{Scheme: scheme})
 }
 
-// WaitCRDEstablished waits until the named CRD is served.
+// WaitCRDEstablished waits until the named CRD is served: Established,
+// and its kind known to cl's REST mapper. The apiserver publishes a new
+// group in discovery a moment after Established, and an apply in that
+// moment fails with "no matches for kind" (seen in CI).
 func WaitCRDEstablished(ctx context.Context, cl client.Client, name string, timeout time.Duration) error {
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		var crd apiextensionsv1.CustomResourceDefinition
 		if err := cl.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
 			return false, nil //nolint:nilerr // poll until the deadline
 		}
+		established := false
 		for _, c := range crd.Status.Conditions {
 			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
+				established = true
 			}
 		}
-		return false, nil
+		if !established {
+			return false, nil
+		}
+		gk := schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}
+		for _, v := range crd.Spec.Versions {
+			if !v.Served {
+				continue
+			}
+			if _, err := cl.RESTMapper().RESTMapping(gk, v.Name); err != nil {
+				return false, nil //nolint:nilerr // not in discovery yet: poll
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
 		return fmt.Errorf("CRD %s not established: %w", name, err)
