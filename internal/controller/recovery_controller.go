@@ -170,7 +170,10 @@ func newRecoveryReconciler(c client.Client, reader client.Reader, opts RecoveryO
 // Reconcile plans from the caches and applies the plan. It is
 // level-triggered: after a restart it recomputes the same plan, and every
 // action it already took shows in the cluster (a terminating pod, a
-// scale-bounce annotation), so nothing is repeated.
+// scale-bounce annotation), so nothing is repeated. A cache that has not
+// caught up yet (its watches broke on an apiserver or etcd restart) can
+// plan an action again; the executor's preconditions (the object's UID
+// and resourceVersion) refuse it at the API.
 func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	start := r.clock.Now()

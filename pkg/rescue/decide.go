@@ -113,8 +113,11 @@ type Action struct {
 	// UID is the object's UID, a precondition: never act on a newer
 	// object of the same name.
 	UID types.UID
-	// ResourceVersion is, for scale actions, the Deployment's version the
-	// plan read: update with it so that a concurrent change wins.
+	// ResourceVersion is the version of the object the plan read. For a
+	// delete it is a precondition: a pod that changed since (most often
+	// one this controller deleted a moment ago, still shown live by a
+	// cache whose watch broke) is re-planned, never deleted twice. For a
+	// scale action, an Update with it lets a concurrent change win.
 	ResourceVersion string
 	// Pod is the stranded pod the action is for (same namespace); empty
 	// for ScaleRestore. Node is its node.
@@ -264,7 +267,7 @@ func (p *planner) decideStateless(i int, pod *corev1.Pod, rule *policyRule, o ow
 	if !cp.Terminating {
 		switch {
 		case rule.allowDelete:
-			p.propose(i, pod, rule, true, Action{Kind: ActionDelete, Name: pod.Name, UID: pod.UID},
+			p.propose(i, pod, rule, true, Action{Kind: ActionDelete, Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
 				"stranded %s pod: delete it so that ReplicaSet %s creates a replacement on a Ready node",
 				cp.Workload, o.replicaSet.Name)
 		case rule.allowBounce && d != nil && staleBounce != "":
@@ -382,7 +385,7 @@ func (p *planner) decideStateful(i int, pod *corev1.Pod, node *nodeState, rule *
 		p.report(cp, DecisionHeld, "%s on node %s, fenced (%s:NoExecute) yet it appears alive (%s): the two signals disagree and a live node may still run the pod, so no force delete (two copies are worse than a stall); confirm the node is off and that its BGP sessions are down",
 			what, node.node.Name, corev1.TaintNodeOutOfService, node.alive)
 	default:
-		p.propose(i, pod, rule, true, Action{Kind: ActionForceDelete, Name: pod.Name, UID: pod.UID},
+		p.propose(i, pod, rule, true, Action{Kind: ActionForceDelete, Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
 			"%s on fenced node %s (taint %s): force delete (grace period 0) so that %s recreates it on a Ready node",
 			what, node.node.Name, corev1.TaintNodeOutOfService, cp.Workload)
 	}

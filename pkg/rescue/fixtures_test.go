@@ -106,7 +106,7 @@ func (w *world) deployment(ns, name string, replicas, available int32) (*appsv1.
 // tolerations of 300 s) owned by the given controller ("" for none).
 func (w *world) pod(name, node, ownerKind, ownerName string) *corev1.Pod {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: name, UID: types.UID("uid-pod-" + name),
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: name, UID: types.UID("uid-pod-" + name), ResourceVersion: "3",
 			Labels: map[string]string{"app": ownerName}},
 		Spec: corev1.PodSpec{NodeName: node, PriorityClassName: "system-cluster-critical",
 			Tolerations: defaultTolerations(ptr(int64(300)))},

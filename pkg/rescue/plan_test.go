@@ -53,7 +53,8 @@ func TestPlanFor(t *testing.T) {
 					t.Errorf("zone = %v rate %v, want PartialDisruption rate 0", z.State, z.Rate)
 				}
 				a := p.Actions[0]
-				if a.UID != "uid-pod-"+coredns || a.Policy != "default" || a.Node != "node-3" || a.Pod != coredns || a.DryRun {
+				// The pod's resourceVersion is the delete's precondition.
+				if a.UID != "uid-pod-"+coredns || a.ResourceVersion != "3" || a.Policy != "default" || a.Node != "node-3" || a.Pod != coredns || a.DryRun {
 					t.Errorf("action = %+v", a)
 				}
 				if !strings.Contains(p.Critical[0].UpstreamReason, "PartialDisruption with NoExecute tainting rate 0/s: upstream never evicts") {

@@ -105,9 +105,21 @@ func (e *Executor) stillFenced(ctx context.Context, a rescue.Action) (Outcome, b
 }
 
 func (e *Executor) deletePod(ctx context.Context, a rescue.Action, grace *int64) Outcome {
+	// The preconditions make the delete act on exactly the pod the plan
+	// saw: not on a newer pod of the same name (UID), and not on one that
+	// changed since (resourceVersion). The second is what keeps a pass
+	// planned from a stale cache (a watch broken by an apiserver or etcd
+	// restart) from deleting again a pod it already deleted: that pod is
+	// terminating now, so its version moved on.
 	opts := metav1.DeleteOptions{GracePeriodSeconds: grace}
-	if a.UID != "" {
-		opts.Preconditions = &metav1.Preconditions{UID: &a.UID}
+	if a.UID != "" || a.ResourceVersion != "" {
+		opts.Preconditions = &metav1.Preconditions{}
+		if a.UID != "" {
+			opts.Preconditions.UID = &a.UID
+		}
+		if a.ResourceVersion != "" {
+			opts.Preconditions.ResourceVersion = &a.ResourceVersion
+		}
 	}
 	err := e.Client.CoreV1().Pods(a.Namespace).Delete(ctx, a.Name, opts)
 	switch {
@@ -118,7 +130,7 @@ func (e *Executor) deletePod(ctx context.Context, a rescue.Action, grace *int64)
 	case apierrors.IsNotFound(err):
 		return Outcome{Result: rescue.ResultAlreadyDone, Detail: "already gone"}
 	case apierrors.IsConflict(err):
-		return Outcome{Result: rescue.ResultAlreadyDone, Detail: "not deleted: a newer pod of that name exists (UID precondition); re-planned"}
+		return Outcome{Result: rescue.ResultAlreadyDone, Detail: "not deleted: the pod changed since it was planned, or a newer pod has its name (UID and resourceVersion preconditions); re-planned"}
 	default:
 		return failed(fmt.Errorf("delete pod %s/%s: %w", a.Namespace, a.Name, err))
 	}
