@@ -34,13 +34,25 @@ const podNodeIndex = "spec.nodeName"
 // drops managed fields too.
 func cacheByObject() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
-		&corev1.Pod{}:                   {Transform: trimPod},
+		&corev1.Pod{}:                   {Transform: podTransform(newSharedParts())},
 		&corev1.Node{}:                  {Transform: trimNode},
 		&appsv1.ReplicaSet{}:            {Transform: trimReplicaSet},
 		&appsv1.Deployment{}:            {Transform: trimDeployment},
 		&corev1.PersistentVolumeClaim{}: {Transform: trimPVC},
 		&corev1.Namespace{}:             {Transform: trimNamespace},
 		&v1alpha1.RecoveryPolicy{}:      {Transform: trimPolicy},
+	}
+}
+
+// podTransform trims a pod (trimPod) and shares its common parts with the
+// pods cached before it (sharedParts).
+func podTransform(parts *sharedParts) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		out, err := trimPod(obj)
+		if pod, ok := out.(*corev1.Pod); ok && err == nil {
+			parts.share(pod)
+		}
+		return out, err
 	}
 }
 
