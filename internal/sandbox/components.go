@@ -164,20 +164,42 @@ func (c *Cluster) startControllerManager(ctx context.Context, opts Options, pk *
 	return nil
 }
 
+// schedulerConfig is kube-scheduler's configuration. It scores every
+// feasible node: by default a scheduler on more than 100 nodes stops
+// looking after a share of them (42% at 1,000), so a pod's preference for
+// some nodes (rebound-bench's rescued pods prefer the nodes that will die)
+// is honoured for only some pods. API rates are raised for sandboxes of
+// many nodes and pods (at the default 50 requests per second, binding
+// 20,000 pods waits minutes on the client side); small ones never reach
+// them.
+const schedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+  qps: 300
+  burst: 600
+leaderElection:
+  leaderElect: false
+enableProfiling: false
+percentageOfNodesToScore: 100
+`
+
 // startScheduler starts kube-scheduler.
 func (c *Cluster) startScheduler(ctx context.Context, opts Options, kubeconfigs map[string]string, progress func(string, ...any)) error {
 	schedPort, err := freePort()
 	if err != nil {
 		return err
 	}
+	config := filepath.Join(c.Dir, "kube-scheduler.yaml")
+	if err := os.WriteFile(config, fmt.Appendf(nil, schedulerConfig, kubeconfigs["scheduler"]), 0o600); err != nil {
+		return err
+	}
 	if err := c.run(ctx, opts, Scheduler, opts.Binaries.Scheduler, []string{
-		"--kubeconfig=" + kubeconfigs["scheduler"],
+		"--config=" + config,
 		"--authentication-kubeconfig=" + kubeconfigs["scheduler"],
 		"--authorization-kubeconfig=" + kubeconfigs["scheduler"],
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(schedPort),
-		"--leader-elect=false",
-		"--profiling=false",
 	}, 60*time.Second, httpProbe("https://127.0.0.1:"+strconv.Itoa(schedPort)+"/healthz", insecureTLS())); err != nil {
 		return err
 	}

@@ -52,8 +52,8 @@ type PopulationResult struct {
 
 // Populate creates the workload with an unthrottled parallel client and
 // waits until the pods are Running (kwok runs them). The controller
-// manager and scheduler must have raised API rates (LargeExtraArgs), or
-// they, not the apiserver, pace the start.
+// manager must have raised API rates (LargeExtraArgs), or it, not the
+// apiserver, paces the start.
 func (c *Cluster) Populate(ctx context.Context, p Population) (PopulationResult, error) {
 	if p.PodsPerNode < 1 {
 		return PopulationResult{}, fmt.Errorf("sandbox: population: pods per node must be at least 1 (the DaemonSet's), got %d", p.PodsPerNode)
@@ -173,14 +173,13 @@ func podTemplate(app, priorityClass string) corev1.PodTemplateSpec {
 	}
 }
 
-// LargeExtraArgs raise the API rates of the controller-manager and the
-// scheduler for a sandbox of many nodes and pods: at their defaults (20
-// and 50 requests per second) creating 20,000 pods takes a quarter of an
-// hour of client-side waiting.
+// LargeExtraArgs raise the API rates of the controller-manager for a
+// sandbox of many nodes and pods: at its default (20 requests per second)
+// creating 20,000 pods takes a quarter of an hour of client-side waiting.
+// (The scheduler's rates are in its configuration, schedulerConfig.)
 func LargeExtraArgs() map[string][]string {
 	return map[string][]string{
 		ControllerManager: {"--kube-api-qps=300", "--kube-api-burst=600", "--concurrent-replicaset-syncs=10", "--concurrent-deployment-syncs=10"},
-		Scheduler:         {"--kube-api-qps=300", "--kube-api-burst=600"},
 	}
 }
 
