@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,15 +91,8 @@ func (s *sharedParts) str(v string) string {
 // Kubernetes name or value contains), after a prefix naming the part.
 
 func (s *sharedParts) labelsKey(prefix string, m map[string]string) string {
-	s.key.Reset()
-	s.key.WriteString(prefix)
-	s.key.WriteByte(0)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	s.begin(prefix)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		s.field(k)
 		s.field(m[k])
 	}
@@ -106,8 +100,7 @@ func (s *sharedParts) labelsKey(prefix string, m map[string]string) string {
 }
 
 func (s *sharedParts) ownersKey(refs []metav1.OwnerReference) string {
-	s.key.Reset()
-	s.key.WriteString("o\x00")
+	s.begin("o")
 	for i := range refs {
 		r := &refs[i]
 		s.field(r.APIVersion)
@@ -121,8 +114,7 @@ func (s *sharedParts) ownersKey(refs []metav1.OwnerReference) string {
 }
 
 func (s *sharedParts) tolerationsKey(ts []corev1.Toleration) string {
-	s.key.Reset()
-	s.key.WriteString("t\x00")
+	s.begin("t")
 	for i := range ts {
 		t := &ts[i]
 		s.field(t.Key)
@@ -141,23 +133,23 @@ func (s *sharedParts) tolerationsKey(ts []corev1.Toleration) string {
 // requestsKey spells the container trimPod keeps (requestsOnly): its name
 // and requests, the only fields it sets.
 func (s *sharedParts) requestsKey(cs []corev1.Container) string {
-	s.key.Reset()
-	s.key.WriteString("c\x00")
+	s.begin("c")
 	for i := range cs {
 		c := &cs[i]
 		s.field(c.Name)
-		names := make([]string, 0, len(c.Resources.Requests))
-		for n := range c.Resources.Requests {
-			names = append(names, string(n))
-		}
-		slices.Sort(names)
-		for _, n := range names {
-			q := c.Resources.Requests[corev1.ResourceName(n)]
-			s.field(n)
+		for _, n := range slices.Sorted(maps.Keys(c.Resources.Requests)) {
+			q := c.Resources.Requests[n]
+			s.field(string(n))
 			s.field(q.String())
 		}
 	}
 	return s.key.String()
+}
+
+// begin starts a key with the part's prefix.
+func (s *sharedParts) begin(prefix string) {
+	s.key.Reset()
+	s.field(prefix)
 }
 
 func (s *sharedParts) field(v string) {
