@@ -1,12 +1,14 @@
 package rescue
 
 import (
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -343,18 +345,58 @@ func TestPlanFor(t *testing.T) {
 }
 
 // runPlanCases runs each case, twice: the same snapshot must give the
-// same plan (level-triggered, nothing remembered between calls).
+// same plan (level-triggered, nothing remembered between calls). And
+// PlanFor must leave its snapshot as it was: the controller hands it the
+// informer cache's own objects, whose labels, owners and tolerations
+// many pods share (internal/controller/shared.go), so one write would
+// change other pods too.
 func runPlanCases(t *testing.T, tests []planCase) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			w := tc.world()
+			before := cloneSnapshot(w.s)
 			p := PlanFor(w.s)
+			if !reflect.DeepEqual(before, w.s) {
+				t.Error("PlanFor changed its snapshot")
+			}
 			checkPlan(t, tc, p)
 			if again := PlanFor(w.s); !reflect.DeepEqual(p, again) {
 				t.Errorf("second PlanFor differs:\nfirst  %+v\nsecond %+v", p, again)
 			}
 		})
 	}
+}
+
+// cloneSnapshot copies every object and map of s.
+func cloneSnapshot(s Snapshot) Snapshot {
+	c := s
+	c.Nodes = cloneAll(s.Nodes, (*corev1.Node).DeepCopy)
+	c.Pods = cloneAll(s.Pods, (*corev1.Pod).DeepCopy)
+	c.ReplicaSets = cloneAll(s.ReplicaSets, (*appsv1.ReplicaSet).DeepCopy)
+	c.Deployments = cloneAll(s.Deployments, (*appsv1.Deployment).DeepCopy)
+	c.PVCs = cloneAll(s.PVCs, (*corev1.PersistentVolumeClaim).DeepCopy)
+	c.Policies = cloneAll(s.Policies, (*v1alpha1.RecoveryPolicy).DeepCopy)
+	if s.Namespaces != nil {
+		c.Namespaces = make(map[string]map[string]string, len(s.Namespaces))
+		for k, v := range s.Namespaces {
+			c.Namespaces[k] = maps.Clone(v)
+		}
+	}
+	c.BGPAlive = maps.Clone(s.BGPAlive)
+	c.Usage = maps.Clone(s.Usage)
+	c.RecentActions = slices.Clone(s.RecentActions)
+	return c
+}
+
+func cloneAll[T any](in []*T, deepCopy func(*T) *T) []*T {
+	if in == nil {
+		return nil
+	}
+	out := make([]*T, len(in))
+	for i, o := range in {
+		out[i] = deepCopy(o)
+	}
+	return out
 }
 
 func checkPlan(t *testing.T, tc planCase, p Plan) {
