@@ -1,5 +1,9 @@
 # The README's commands. `make test` is what CI runs.
 GO ?= go
+# pipefail: the e2e run is piped through hack/testsummary, and go test's
+# status must survive the pipe.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 
 .PHONY: fuzz all build deps test unit e2e vet sandbox demo bench clean image release sizes
 
@@ -29,7 +33,7 @@ sizes:
 	$(RELEASE) sizes
 
 vet:
-	@test -z "$$(gofmt -l cmd internal pkg test api charts deploy 2>/dev/null)" || { gofmt -l cmd internal pkg test api charts deploy; echo "gofmt wants to reformat the files above"; exit 1; }
+	@test -z "$$(gofmt -l cmd hack internal pkg test api charts deploy 2>/dev/null)" || { gofmt -l cmd hack internal pkg test api charts deploy; echo "gofmt wants to reformat the files above"; exit 1; }
 	$(GO) vet ./...
 
 # Tests need BIRD (Debian's bird, and bird2 unpacked beside it) and Chromium
@@ -42,18 +46,26 @@ deps:
 sandbox:
 	$(GO) run ./cmd/rebound sandbox build
 
+# Every package but the e2e tests (and hack/krew, a module of its own).
+UNIT_PKGS = ./api/... ./charts/... ./deploy/... ./cmd/... ./hack/... ./internal/... ./pkg/...
+
 unit:
-	$(GO) test -count=1 ./charts/... ./deploy/... ./cmd/... ./internal/... ./pkg/...
+	$(GO) test -count=1 $(UNIT_PKGS)
+
+# The e2e tests' output as `go test -v` prints it, then each failed test's
+# own messages again at the end (hack/testsummary): the tests run in
+# parallel and dump logs on failure, which would bury the assertion.
+E2E = $(GO) test -count=1 -v -json -timeout 40m ./test/e2e | $(GO) run ./hack/testsummary
 
 e2e: sandbox
-	$(GO) test -count=1 -timeout 40m -v ./test/e2e
+	$(E2E)
 
 # Unit tests, then the e2e tests verbosely: their METRIC lines and
 # scenario timelines are the measurements.
 test: deps vet sandbox
-	$(GO) test -count=1 ./api/... ./charts/... ./deploy/... ./cmd/... ./internal/... ./pkg/...
+	$(GO) test -count=1 $(UNIT_PKGS)
 	FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh ./api/... ./internal/... ./pkg/...
-	$(GO) test -count=1 -v -timeout 40m ./test/e2e
+	$(E2E)
 
 # Every Go native fuzz test for a short time on top of its seed corpus
 # (which plain `go test` replays); `make fuzz FUZZTIME=5m` digs deeper.
