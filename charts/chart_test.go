@@ -75,7 +75,9 @@ func TestHelmChartRender(t *testing.T) {
 			"ClusterRole /rebound-controller-peering",
 			"ClusterRole /rebound-controller-calico",
 			"ServiceMonitor rebound-system/rebound-controller",
-			"PodMonitor rebound-agent/rebound-agent",
+			"Service rebound-agent/rebound-agent-metrics",
+			"ServiceMonitor rebound-agent/rebound-agent",
+			"ClusterRoleBinding /rebound-agent-metrics-auth",
 			"PrometheusRule rebound-system/rebound",
 		},
 	}} {

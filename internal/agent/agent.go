@@ -551,12 +551,13 @@ func (a *Agent) Readiness() Readiness {
 	return readiness(a.status, a.clock.Since(a.started), a.opts.ReadyAfter)
 }
 
-// Handler serves /readyz (see readiness; 200 or 503 with the reason),
-// /healthz (200 while the work loop is alive, 500 when it has not moved
-// for three status intervals and half a minute) and /metrics (metrics.go).
+// Handler serves the kubelet's probes, plain HTTP without authentication:
+// /readyz (see readiness; 200 or 503 with the reason) and /healthz (200
+// while the work loop is alive, 500 when it has not moved for three status
+// intervals and half a minute). /metrics is served apart, authenticated
+// (Collector).
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", a.metricsHandler())
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		r := a.Readiness()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

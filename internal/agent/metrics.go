@@ -1,11 +1,7 @@
 package agent
 
 import (
-	"net/http"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // The agent's /metrics, read from its state at scrape time, so that the
@@ -87,10 +83,8 @@ func birdUp(status *sessionView, st Stats) (up, known bool) {
 	return false, false
 }
 
-// metricsHandler serves the agent's metrics and the Go runtime's, from a
-// registry of its own.
-func (a *Agent) metricsHandler() http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(agentCollector{a}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-}
+// Collector reads the agent's metrics at scrape time. `rebound agent`
+// registers it with controller-runtime's registry, which its metrics
+// server (package metricsserving: HTTPS, authenticated) serves together
+// with the Go runtime's and the process's.
+func (a *Agent) Collector() prometheus.Collector { return agentCollector{a} }

@@ -8,13 +8,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"rebound/pkg/peering/bird"
 )
 
 func scrape(t *testing.T, a *Agent) string {
 	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.Collector())
 	rec := httptest.NewRecorder()
-	a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("/metrics = %d", rec.Code)
 	}
@@ -69,4 +74,15 @@ func TestAgentMetricsBirdUnreachable(t *testing.T) {
 		`rebound_agent_bird_up{node="node-a"} 0`,
 		`rebound_agent_reloads_total{node="node-a",outcome="unreachable"} 1`,
 	)
+}
+
+// The probe port is plain HTTP for the kubelet: /metrics must not be on it
+// (it is served apart, authenticated).
+func TestProbeHandlerServesNoMetrics(t *testing.T) {
+	h := startHarness(t, node("node-a", "10.0.0.1", true), node("node-b", "10.0.0.2", true))
+	rec := httptest.NewRecorder()
+	h.agent.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("GET /metrics on the probe handler = %d, want 404:\n%.300s", rec.Code, rec.Body.String())
+	}
 }

@@ -20,10 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"rebound/api/v1alpha1"
+	"rebound/internal/metricsserving"
 )
 
 // Scheme knows the Kubernetes built-in types and rebound's API.
@@ -36,15 +35,11 @@ func Scheme() *runtime.Scheme {
 
 // ManagerOptions are the process-level settings of `rebound controller`.
 type ManagerOptions struct {
-	MetricsAddr string
-	// MetricsInsecure serves /metrics over plain HTTP to anyone. By
-	// default it is HTTPS (a self-signed certificate unless MetricsCertDir
-	// holds tls.crt and tls.key) and every scrape must carry a bearer
-	// token that TokenReview accepts and SubjectAccessReview allows to
-	// "get" the non-resource URL /metrics.
-	MetricsInsecure bool
-	MetricsCertDir  string
-	HealthAddr      string
+	// Metrics is where and how /metrics is served (package
+	// metricsserving: HTTPS behind authentication and authorization unless
+	// Insecure).
+	Metrics    metricsserving.Config
+	HealthAddr string
 	// LeaderElect makes one replica of several act; the others wait.
 	LeaderElect             bool
 	LeaderElectionNamespace string
@@ -68,7 +63,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme(),
-		Metrics:                       metricsOptions(opts),
+		Metrics:                       opts.Metrics.Options(),
 		HealthProbeBindAddress:        opts.HealthAddr,
 		LeaderElection:                opts.LeaderElect,
 		LeaderElectionID:              "rebound-controller",
@@ -108,21 +103,6 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
-}
-
-// metricsOptions serves /metrics over HTTPS behind authentication and
-// authorization unless MetricsInsecure: the metrics name nodes, zones and
-// policies, which not every pod of the cluster should read.
-func metricsOptions(opts ManagerOptions) metricsserver.Options {
-	if opts.MetricsInsecure {
-		return metricsserver.Options{BindAddress: opts.MetricsAddr}
-	}
-	return metricsserver.Options{
-		BindAddress:    opts.MetricsAddr,
-		SecureServing:  true,
-		CertDir:        opts.MetricsCertDir,
-		FilterProvider: filters.WithAuthenticationAndAuthorization,
-	}
 }
 
 // trimPod keeps what pkg/rescue reads of a pod: identity, owners, labels,

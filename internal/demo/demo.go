@@ -19,6 +19,7 @@ import (
 
 	"rebound/internal/controller"
 	"rebound/internal/logging"
+	"rebound/internal/metricsserving"
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/zone"
@@ -469,7 +470,7 @@ func startController(ctx context.Context, c *sandbox.Cluster) error {
 		return err
 	}
 	logging.Set(slog.NewTextHandler(f, nil))
-	mgr, err := controller.NewManager(c.Config, controller.ManagerOptions{MetricsAddr: "0", HealthAddr: "0", SyncPeriod: 10 * time.Minute})
+	mgr, err := controller.NewManager(c.Config, controller.ManagerOptions{Metrics: metricsserving.Config{Addr: "0"}, HealthAddr: "0", SyncPeriod: 10 * time.Minute})
 	if err != nil {
 		return err
 	}

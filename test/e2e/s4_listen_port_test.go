@@ -88,11 +88,7 @@ func TestS4ListenPort(t *testing.T) {
 // with only the flags a node's own setup gives, until the test ends.
 func s4AgentProcess(t *testing.T, c *sandbox.Cluster, n *birdlab.Node, set types.NamespacedName) {
 	t.Helper()
-	log := filepath.Join(c.Dir, "logs", "rebound-agent-"+n.Name+".log")
-	f, err := os.Create(log)
-	must(t, err)
-	defer f.Close()
-	cmd := exec.Command(reboundBinary, "agent",
+	agentProcess(t, c, n.Name,
 		"--kubeconfig", c.Kubeconfig,
 		"--node-name", n.Name,
 		"--bird-version", "2",
@@ -101,9 +97,21 @@ func s4AgentProcess(t *testing.T, c *sandbox.Cluster, n *birdlab.Node, set types
 		"--bird-socket", n.Socket,
 		"--peer-set", set.Namespace+"/"+set.Name,
 		"--listen-port", fmt.Sprint(s4ListenPort),
-		"--health-addr", "",
+		"--health-addr", "", "--metrics-bind-address", "0",
 		"--debounce", "200ms", "--status-interval", "1s",
 	)
+}
+
+// agentProcess runs `rebound agent ARGS` (the built binary) until the test
+// ends, logging to logs/rebound-agent-NAME.log, whose tail the test prints
+// when it fails.
+func agentProcess(t *testing.T, c *sandbox.Cluster, name string, args ...string) {
+	t.Helper()
+	log := filepath.Join(c.Dir, "logs", "rebound-agent-"+name+".log")
+	f, err := os.Create(log)
+	must(t, err)
+	defer f.Close()
+	cmd := exec.Command(reboundBinary, append([]string{"agent"}, args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	must(t, cmd.Start())
@@ -118,7 +126,7 @@ func s4AgentProcess(t *testing.T, c *sandbox.Cluster, n *birdlab.Node, set types
 			<-done
 		}
 		if t.Failed() {
-			t.Logf("rebound agent %s log:\n%s", n.Name, tail(log, 30))
+			t.Logf("rebound agent %s log:\n%s", name, tail(log, 30))
 		}
 	})
 }

@@ -17,10 +17,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"rebound/internal/agent"
 	"rebound/internal/cli"
 	"rebound/internal/logging"
+	"rebound/internal/metricsserving"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -36,6 +40,7 @@ func NewCommand() *cobra.Command {
 		as         uint32
 		listenPort uint16
 		healthAddr string
+		metrics    metricsserving.Config
 		peerSet    string
 	)
 	cmd := &cobra.Command{
@@ -80,10 +85,15 @@ after it went NotReady (or BFD up).
 time, or the set is refused, the last good file stays and the agent exits 0
 (BIRD starts with the set it had), or fails when there is no file at all.
 
-Probes on --health-addr:
+Probes on --health-addr (plain HTTP, for the kubelet):
   /readyz  ready when every peer IN THE SET is Established, or the agent has
            been up for --ready-after; peers outside the set never hold it back
-  /healthz the work loop is alive`,
+  /healthz the work loop is alive
+
+Metrics on --metrics-bind-address: HTTPS, and every scrape needs a token that
+the API server authenticates and RBAC allows to get /metrics (ClusterRole
+rebound-metrics-reader), as the controller's; the agent's credential checks
+them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 		Example: `  # BIRD 1.6 on the host (deploy/agent)
   rebound agent --node-name=$NODE_NAME --as 64512 \
     --bird-socket /run/bird/bird.ctl --mesh-file /etc/bird/rebound/mesh.conf
@@ -139,7 +149,13 @@ Probes on --health-addr:
 			if err != nil {
 				return err
 			}
-			return serveAgent(cmd.Context(), a, healthAddr)
+			var ms metricsserver.Server
+			if !opts.Once {
+				if ms, err = metricsServer(metrics, cfg, a); err != nil {
+					return err
+				}
+			}
+			return serveAgent(cmd.Context(), a, healthAddr, ms)
 		},
 	}
 	f := cmd.Flags()
@@ -171,16 +187,42 @@ Probes on --health-addr:
 	f.DurationVar(&opts.StatusInterval, "status-interval", agent.DefaultStatusInterval, "how often to read BIRD's sessions (show protocols)")
 	f.DurationVar(&opts.ReportInterval, "report-interval", agent.DefaultReportInterval, "refresh the session report at least this often; keep it well below the controller's --peering-report-max-age")
 	f.DurationVar(&opts.ReadyAfter, "ready-after", agent.DefaultReadyAfter, "report ready after this long up even if peers in the set are not Established")
-	f.StringVar(&healthAddr, "health-addr", ":9810", "address of /readyz and /healthz; empty disables them")
+	f.StringVar(&healthAddr, "health-addr", ":9810", "address of /readyz and /healthz (plain HTTP, for the kubelet); empty disables them")
+	metricsserving.AddFlags(f, &metrics, ":9811")
 	return cmd
 }
 
-// serveAgent runs the agent and, when addr is set, its probe server, until
-// ctx ends or either fails.
-func serveAgent(ctx context.Context, a *agent.Agent, addr string) error {
+// metricsServer serves the agent's metrics (with the Go runtime's and the
+// process's, which controller-runtime's registry carries) the way the
+// controller serves its own; nil when --metrics-bind-address is 0. The
+// registry is the process's: one agent per process.
+func metricsServer(c metricsserving.Config, cfg *rest.Config, a *agent.Agent) (metricsserver.Server, error) {
+	if !c.Enabled() {
+		return nil, nil
+	}
+	if err := crmetrics.Registry.Register(a.Collector()); err != nil {
+		return nil, fmt.Errorf("registering the agent's metrics: %w", err)
+	}
+	ms, err := c.NewServer(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-bind-address %s: %w", c.Addr, err)
+	}
+	return ms, nil
+}
+
+// serveAgent runs the agent and, when addr is set, its probe server, and
+// the metrics server when there is one, until ctx ends or one fails.
+func serveAgent(ctx context.Context, a *agent.Agent, addr string, metrics metricsserver.Server) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	if metrics != nil {
+		go func() {
+			if err := metrics.Start(ctx); err != nil {
+				errc <- fmt.Errorf("metrics server: %w", err)
+			}
+		}()
+	}
 	if addr != "" {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {

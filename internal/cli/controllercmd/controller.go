@@ -15,6 +15,7 @@ import (
 	"rebound/internal/cli"
 	"rebound/internal/controller"
 	"rebound/internal/logging"
+	"rebound/internal/metricsserving"
 	"rebound/pkg/peering/calico"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
@@ -151,9 +152,7 @@ upstream eviction.`,
 	kube = cli.AddKubeFlags(cmd, cli.Omit{})
 	f.Lookup("namespace").Usage = "namespace of the leader-election Lease and the stop switch (default " + DefaultNamespace + ")"
 	logFlags = logging.AddFlags(cmd)
-	f.StringVar(&mgrOpts.MetricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (0 disables it)")
-	f.BoolVar(&mgrOpts.MetricsInsecure, "metrics-insecure", false, "serve /metrics over plain HTTP without authentication (default: HTTPS; a scrape needs a token allowed to get /metrics, e.g. bound to ClusterRole rebound-metrics-reader)")
-	f.StringVar(&mgrOpts.MetricsCertDir, "metrics-cert-dir", "", "folder with tls.crt and tls.key for /metrics (default: a self-signed certificate made at start)")
+	metricsserving.AddFlags(f, &mgrOpts.Metrics, ":8443")
 	f.StringVar(&mgrOpts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables them)")
 	f.BoolVar(&mgrOpts.LeaderElect, "leader-elect", false, "elect a leader among replicas, so that only one acts")
 	f.DurationVar(&mgrOpts.SyncPeriod, "sync-period", 10*time.Minute, "how often the caches re-list everything, as a safety net")
