@@ -8,8 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,4 +166,33 @@ func testLogWriter(t *testing.T) io.Writer {
 		return w
 	}
 	return io.Discard
+}
+
+// agentProcess runs `rebound agent ARGS` (the built binary) until the test
+// ends, logging to logs/rebound-agent-NAME.log, whose tail the test prints
+// when it fails.
+func agentProcess(t *testing.T, c *sandbox.Cluster, name string, args ...string) {
+	t.Helper()
+	log := filepath.Join(c.Dir, "logs", "rebound-agent-"+name+".log")
+	f, err := os.Create(log)
+	must(t, err)
+	defer f.Close()
+	cmd := exec.Command(reboundBinary, append([]string{"agent"}, args...)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("rebound agent %s log:\n%s", name, tail(log, 30))
+		}
+	})
 }

@@ -4,9 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -100,33 +97,4 @@ func s4AgentProcess(t *testing.T, c *sandbox.Cluster, n *birdlab.Node, set types
 		"--health-addr", "", "--metrics-bind-address", "0",
 		"--debounce", "200ms", "--status-interval", "1s",
 	)
-}
-
-// agentProcess runs `rebound agent ARGS` (the built binary) until the test
-// ends, logging to logs/rebound-agent-NAME.log, whose tail the test prints
-// when it fails.
-func agentProcess(t *testing.T, c *sandbox.Cluster, name string, args ...string) {
-	t.Helper()
-	log := filepath.Join(c.Dir, "logs", "rebound-agent-"+name+".log")
-	f, err := os.Create(log)
-	must(t, err)
-	defer f.Close()
-	cmd := exec.Command(reboundBinary, append([]string{"agent"}, args...)...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	must(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("rebound agent %s log:\n%s", name, tail(log, 30))
-		}
-	})
 }
