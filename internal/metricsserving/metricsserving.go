@@ -64,11 +64,8 @@ func (c Config) Options() metricsserver.Options {
 // NewServer is controller-runtime's metrics server for c, outside a
 // manager (the agent has none): it serves controller-runtime's registry
 // (sigs.k8s.io/controller-runtime/pkg/metrics.Registry) and checks scrapes
-// with cfg's credential. Nil when c disables /metrics.
+// with cfg's credential. Call it only when c is Enabled.
 func (c Config) NewServer(cfg *rest.Config) (metricsserver.Server, error) {
-	if !c.Enabled() {
-		return nil, nil
-	}
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
