@@ -416,6 +416,16 @@ func (a *Agent) currentPeers() (peers []bird.Peer, doc *peering.PeerSet, refusal
 		peers = append(peers, bird.Peer{Name: p.Name, Address: p.Address, Port: p.Port})
 	}
 	slices.SortFunc(peers, func(x, y bird.Peer) int { return x.Address.Compare(y.Address) })
+	a.mu.Lock()
+	had := len(a.peers)
+	a.mu.Unlock()
+	if len(peers) == 0 && had > 0 {
+		// The agent is the last guard: whatever the controller publishes
+		// (a bug, a lost state, a sequence its rules missed), a node that
+		// had BGP peers is never left with none; a one-member set is one
+		// only in a one-node cluster, where there was never a peer.
+		return nil, nil, fmt.Sprintf("published peer set generation %d leaves this node no BGP peer (the last applied set had %d): refusing to leave BIRD without peers", set.Generation, had)
+	}
 	return peers, &set, ""
 }
 

@@ -378,6 +378,13 @@ func TestAgentRefusesEmptyAndBelowFloorSets(t *testing.T) {
 			cm.Data[peering.PeerSetKey] = `{"version":1,"generation":` + strconv.FormatInt(gen, 10) + `,"surprise":true}`
 			return cm
 		}, "surprise"},
+		{func(gen int64) *corev1.ConfigMap {
+			// Only this node, floor 0: consistent, yet it leaves node-a
+			// without a single BGP peer.
+			return peerSetConfigMap(peering.PeerSet{Version: 1, Generation: gen, PublishedAt: agentT0, Peers: []peering.PublishedPeer{
+				{Name: "node-a", Address: netip.MustParseAddr("10.0.0.1"), Ready: true, Reason: peering.InReady},
+			}})
+		}, "leaves this node no BGP peer"},
 	} {
 		h.gen++
 		cm := tc.doc(h.gen)

@@ -148,7 +148,8 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 		log.Info("peering state loaded", "configMap", r.opts.State.String(), "nodes", len(st.Nodes))
 	}
 
-	res := peering.Plan(peering.Input{Nodes: nodes, Reports: rs, State: *r.state, Config: r.opts.Config}, now)
+	firstSeen := r.opts.Tracker.Observe(livenessNodes(nodes), now)
+	res := peering.Plan(peering.Input{Nodes: nodes, Reports: rs, FirstSeen: firstSeen, State: *r.state, Config: r.opts.Config}, now)
 	r.last = res
 	peerSetSize.WithLabelValues(r.opts.Name).Set(float64(len(res.Peers)))
 	observePeeringNodes(r.opts.Name, res)

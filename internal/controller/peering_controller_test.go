@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
 )
@@ -39,8 +40,23 @@ func newPeeringForTest(c client.Client, clk *clocktesting.FakeClock) (*PeeringRe
 		panic("build the fake client WithScheme(Scheme())")
 	}
 	rec := events.NewFakeRecorder(100)
-	opts := PeeringOptions{Config: peering.Config{PruneGracePeriod: 40 * time.Second}, Clock: clk}.withDefaults()
+	opts := PeeringOptions{Config: peering.Config{PruneGracePeriod: 40 * time.Second}, Clock: clk, Tracker: sawTransitions(c)}.withDefaults()
 	return &PeeringReconciler{client: c, reader: c, recorder: rec, opts: opts}, rec
+}
+
+// sawTransitions is the tracker of a controller that has watched the
+// nodes since before their last transitions: its first sight of each
+// state is the transition itself.
+func sawTransitions(c client.Client) *liveness.Tracker {
+	var list corev1.NodeList
+	if err := c.List(context.Background(), &list); err != nil {
+		panic(err)
+	}
+	tr := &liveness.Tracker{}
+	for _, n := range kube.LivenessNodes(pointers(list.Items)) {
+		tr.Observe([]liveness.Node{n}, n.Transition)
+	}
+	return tr
 }
 
 func peeringLabels(t *testing.T, c client.Client) map[string]string {
@@ -188,6 +204,7 @@ func TestPeeringPublishesOneDocumentAndFreezes(t *testing.T) {
 	// c dies; a reports a session with c re-established after c's
 	// NotReady transition: c stays in past its grace.
 	peeringSetReady(t, c, "c", false, clk.Now())
+	run() // the controller sees c NotReady as it happens
 	clk.Step(time.Minute)
 	rep := kube.ReportToAPI(peering.Report{Reporter: "a", ObservedAt: clk.Now(), Sessions: []peering.Session{{Peer: "c", State: "Established", Since: clk.Now().Add(-10 * time.Second)}}})
 	if err := c.Create(ctx, rep); err != nil {

@@ -9,23 +9,27 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"rebound/api/v1alpha1"
-	"rebound/pkg/peering"
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering/kube"
 )
 
-// BGPAliveFromReports gives the recovery planner its second liveness signal
-// (RecoveryOptions.BGPAlive): the agents' PeeringReports, read from the
-// manager's cache (the peering reconciler watches them already), turned
-// into evidence by the same pure function the peering planner uses. When
-// the reports cannot be read it returns nil, which is the safe side: no
-// NotReady node counts as alive, so nothing extra is held back or allowed.
-func BGPAliveFromReports(c client.Reader, opts peering.EvidenceOptions) func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]string {
-	return func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]string {
-		var reports v1alpha1.PeeringReportList
-		if err := c.List(ctx, &reports); err != nil {
-			logf.FromContext(ctx).Info("PeeringReports unreadable: no BGP liveness evidence this pass", "error", err.Error())
-			return nil
+// LivenessVerdicts gives the recovery planner its verdicts
+// (RecoveryOptions.Liveness): the clocks of the process's one
+// liveness.Tracker, which the peering planner shares, and, when reports
+// is set (the controller runs with --peering, so agents report), the
+// agents' PeeringReports from the manager's cache. When the reports
+// cannot be read the verdicts rest on the API alone, the safe side: no
+// NotReady node counts as alive, and none as dead by the network's word.
+func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, opts liveness.Options) func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]liveness.NodeVerdict {
+	return func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]liveness.NodeVerdict {
+		firstSeen := tracker.Observe(kube.LivenessNodes(nodes), now)
+		var list v1alpha1.PeeringReportList
+		if reports != nil {
+			if err := reports.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+				logf.FromContext(ctx).Info("PeeringReports unreadable: verdicts from the API alone this pass", "error", err.Error())
+				list.Items = nil
+			}
 		}
-		return kube.BGPAlive(nodes, reports.Items, now, opts)
+		return kube.Assess(nodes, list.Items, firstSeen, now, opts).Nodes
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/calico"
 )
@@ -53,6 +54,9 @@ type PeeringOptions struct {
 	DryRun bool
 	// Clock is injected for tests; nil means the real clock.
 	Clock clock.PassiveClock
+	// Tracker holds rebound's own first sight of each node's Ready state,
+	// shared with the recovery controller; nil means one of its own.
+	Tracker *liveness.Tracker
 }
 
 func (o PeeringOptions) withDefaults() PeeringOptions {
@@ -61,6 +65,9 @@ func (o PeeringOptions) withDefaults() PeeringOptions {
 	}
 	if o.NodeSelector == nil {
 		o.NodeSelector = labels.Everything()
+	}
+	if o.Tracker == nil {
+		o.Tracker = &liveness.Tracker{}
 	}
 	if o.State.Name == "" {
 		o.State.Name = DefaultPeeringStateName

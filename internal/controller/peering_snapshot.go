@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
 )
@@ -84,4 +85,13 @@ func reportContentChange(maxAge time.Duration) predicate.Predicate {
 			return errO != nil || errN != nil || !ro.SameContent(rn) || rn.ObservedAt.Sub(ro.ObservedAt) >= maxAge/2
 		},
 	}
+}
+
+// livenessNodes is what the liveness tracker reads of the planned nodes.
+func livenessNodes(nodes []peering.Node) []liveness.Node {
+	out := make([]liveness.Node, len(nodes))
+	for i, n := range nodes {
+		out[i] = liveness.Node{Name: n.Name, Ready: n.Ready, Transition: n.LastTransition}
+	}
+	return out
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/liveness"
 	"rebound/pkg/rescue"
 	"rebound/pkg/rescue/execute"
 	"rebound/pkg/zone"
@@ -45,13 +46,11 @@ type RecoveryOptions struct {
 	// a scale) and its writes. nil means one built from the manager's
 	// config; tests pass a fake.
 	APIClient kubernetes.Interface
-	// BGPAlive returns the second liveness signal for the planner
-	// (rescue.Snapshot.BGPAlive): for NotReady nodes, evidence that they
-	// are alive but cut off from the API, from the agents' session
-	// reports. nil means no evidence (safe: every NotReady node is
-	// treated as possibly dead, which only matters for stateless pods'
-	// reasons and fenced stateful pods, see pkg/rescue).
-	BGPAlive func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]string
+	// Liveness returns the planner's verdicts (rescue.Snapshot.Verdicts,
+	// LivenessVerdicts). nil means verdicts from this reconciler's own
+	// liveness.Tracker and no reports: the clocks are still rebound's
+	// own, never a kubelet's.
+	Liveness func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]liveness.NodeVerdict
 }
 
 // retryAfterError bounds how long a pass that hit an error waits before the
@@ -102,6 +101,9 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 			return fmt.Errorf("API client for the recovery controller: %w", err)
 		}
 		opts.APIClient = cs
+	}
+	if opts.Liveness == nil {
+		opts.Liveness = LivenessVerdicts(nil, &liveness.Tracker{}, liveness.Options{})
 	}
 	r := newRecoveryReconciler(mgr.GetClient(), mgr.GetAPIReader(), opts)
 	podInformer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})

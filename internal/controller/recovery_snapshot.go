@@ -77,11 +77,10 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 		s.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
 	}
 	s.RecentActions, s.LedgerSince = r.recentActions(now)
-	// The second liveness signal: the agents' session reports, when the
-	// controller runs with --peering (BGPAliveFromReports). nil is safe:
-	// no node counts as alive.
-	if r.opts.BGPAlive != nil {
-		s.BGPAlive = r.opts.BGPAlive(ctx, s.Nodes, now)
+	// One verdict per node (pkg/liveness): rebound's own clocks, and the
+	// agents' session reports where peering runs.
+	if r.opts.Liveness != nil {
+		s.Verdicts = r.opts.Liveness(ctx, s.Nodes, now)
 	}
 	return s, nil
 }

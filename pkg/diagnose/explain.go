@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
 	"rebound/pkg/rescue"
@@ -414,7 +415,7 @@ func (e *explainer) explainCriticalPods() {
 			UpstreamReason:    cp.UpstreamReason,
 			Stranded:          cp.Stranded,
 			Decision:          string(cp.Decision),
-			NodeAlive:         e.s.BGPAlive[cp.Node],
+			NodeAlive:         nodeAlive(e.s.Verdicts[cp.Node]),
 			Action:            string(cp.Action),
 			Reason:            cp.Reason,
 		}
@@ -483,4 +484,12 @@ func short(d time.Duration) string {
 		d = 0
 	}
 	return d.Round(time.Second).String()
+}
+
+// nodeAlive is the evidence of a CutOffFromAPI verdict, "" otherwise.
+func nodeAlive(v liveness.NodeVerdict) string {
+	if v.Verdict == liveness.CutOffFromAPI {
+		return v.Reason
+	}
+	return ""
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/liveness"
 	"rebound/pkg/rescue"
 )
 
@@ -326,7 +327,7 @@ func TestExplain(t *testing.T) {
 		name: "S1 with BGP evidence that the node is alive: shown, the stateless pod still moves",
 		world: func() *world {
 			w := s1(at(45 * time.Second))
-			w.s.BGPAlive = map[string]string{"node-3": "node-2 reports a BGP session Established with it"}
+			w.s.Verdicts = map[string]liveness.NodeVerdict{"node-3": {Verdict: liveness.CutOffFromAPI, Reason: "node-2 reports a BGP session Established with it"}}
 			return w
 		},
 		want: want{

@@ -22,6 +22,7 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/exitcode"
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
 	"rebound/pkg/rescue"
@@ -89,10 +90,10 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 	if err := gatherPeering(ctx, c, &x); err != nil {
 		return s, x, err
 	}
-	// The second liveness signal (issue 9, item 2): the same evidence the
-	// controller gives its planner, so that diagnose and the controller
-	// decide alike.
-	s.BGPAlive = kube.BGPAliveFromReports(s.Nodes, x.PeeringReports, s.Now, peering.EvidenceOptions{})
+	// The liveness verdicts from the same model the controller's planners
+	// read. diagnose has no observation history, so its clocks are the
+	// API's transitions, and each verdict's reason says so.
+	s.Verdicts = kube.AssessReports(s.Nodes, x.PeeringReports, nil, s.Now, liveness.Options{}).Nodes
 
 	s.Policies, err = listPolicies(ctx, c)
 	switch {

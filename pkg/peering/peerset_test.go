@@ -81,30 +81,3 @@ func FuzzParsePeerSet(f *testing.F) {
 		}
 	})
 }
-
-// FuzzAliveEvidence: reports are written by agents, some of which may
-// lie; whatever they say, the evidence function does not panic, never
-// names a Ready node, and never credits a node's own report.
-func FuzzAliveEvidence(f *testing.F) {
-	f.Add("a", "b", "Established", int64(30), int64(10), "", true, false)
-	f.Add("b", "b", "Established", int64(-5), int64(600), "Up", false, true)
-	f.Fuzz(func(t *testing.T, reporter, peer, state string, sinceAgo, observedAgo int64, bfd string, reporterReady, peerReady bool) {
-		nodes := []Node{
-			{Name: "a", Ready: reporterReady || reporter != "a", LastTransition: t0.Add(-time.Minute)},
-			{Name: "b", Ready: peerReady, LastTransition: t0.Add(-time.Minute)},
-		}
-		r := Report{Reporter: reporter, ObservedAt: t0.Add(-time.Duration(observedAgo) * time.Second),
-			Sessions: []Session{{Peer: peer, State: state, Since: t0.Add(-time.Duration(sinceAgo) * time.Second), BFD: bfd}}}
-		ev := AliveEvidence(nodes, []Report{r}, t0, EvidenceOptions{})
-		for node := range ev.Alive {
-			if node == reporter {
-				t.Fatalf("%s's own report counts for itself", node)
-			}
-			for _, n := range nodes {
-				if n.Name == node && n.Ready {
-					t.Fatalf("evidence for Ready node %s", node)
-				}
-			}
-		}
-	})
-}

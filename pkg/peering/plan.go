@@ -23,33 +23,36 @@ import (
 	"strings"
 	"time"
 
+	"rebound/pkg/liveness"
 	"rebound/pkg/zone"
 )
 
 // Plan computes the peer set for the snapshot in at time now.
 //
 // Invariants (tested): a Ready node with a BGP address of its own is
-// always in the set; a NotReady node leaves only after PruneGrace and only
-// while no live agent shows fresh evidence that it is alive
-// (AliveEvidence); a node with LabelKeepInMesh, or any node when
-// Config.Disabled, stays in. The set never collapses: when every node is
-// NotReady (full disruption: the control plane is the likelier side cut
-// off) or more than MaxLeaveShare of the members would leave at once
-// without their peers confirming them down, nobody leaves and the result
-// is Frozen. Two nodes claiming one address are both left out, unless
+// always in the set; a NotReady node leaves only after PruneGrace, counted
+// on rebound's own clock (liveness.NodeVerdict.Since), and only while no
+// fresh Ready observer reports a live session with it (a veto); a node
+// with LabelKeepInMesh, or any node when Config.Disabled, stays in. The
+// set never collapses: when every node is NotReady (full disruption: the
+// control plane is the likelier side cut off) or more than MaxLeaveShare
+// of the members would leave at once without a quorum confirming them
+// dead, nobody leaves and the result is Frozen; and over a whole incident
+// no more than MaxLeaveShare of the set it began with leaves (budget.go). Two nodes claiming one address are both left out, unless
 // one of them was already published with it (it keeps it). Plan is
 // deterministic, and feeding Result.State back with the same input and
 // time changes nothing. A node listed twice counts once (the first).
 func Plan(in Input, now time.Time) Result {
 	cfg := in.Config.WithDefaults()
 	nodes := uniqueSortedNodes(in.Nodes)
-	ev := AliveEvidence(nodes, in.Reports, now, cfg.Evidence)
+	lv := liveness.Assess(liveness.Input{Nodes: livenessNodes(nodes), Reports: in.Reports, FirstSeen: in.FirstSeen, Options: cfg.Evidence}, now)
 	dups := duplicateAddresses(nodes, in.State)
 	// A full disruption this planner never saw frozen ends, as the nodes
 	// record it, at the first return (zone.FullDisruptionEnd).
 	firstReturn := zone.FullDisruptionEnd(nodes, func(n Node) (bool, time.Time) { return n.Ready, n.LastTransition })
+	incident := trackIncident(nodes, in.State, now)
 
-	res := Result{State: State{Nodes: make(map[string]NodeState, len(nodes)), ThawedAt: in.State.ThawedAt}}
+	res := Result{State: State{Nodes: make(map[string]NodeState, len(nodes)), ThawedAt: in.State.ThawedAt, Incident: incident}}
 	decisions := make([]decision, len(nodes))
 	var allNotReady bool
 	var prevIn, leaving, confirmed int
@@ -62,7 +65,7 @@ func Plan(in Input, now time.Time) Result {
 			if n.Ready {
 				allNotReady = false
 			}
-			d := decide(cfg, n, prev, known, ev.Alive[n.Name], ev.BFDDownSince[n.Name], latestOf(thawedAt, firstReturn), now)
+			d := decide(cfg, n, prev, known, lv.Of(n.Name), latestOf(thawedAt, firstReturn), now)
 			if dups[n.Name] != "" {
 				d = decision{reason: OutDuplicate, message: dups[n.Name]}
 			}
@@ -75,7 +78,7 @@ func Plan(in Input, now time.Time) Result {
 			}
 			if wasIn && !d.inSet {
 				leaving++
-				if ev.Down[n.Name] != "" {
+				if lv.Of(n.Name).Verdict == liveness.Dead {
 					confirmed++
 				}
 			}
@@ -89,11 +92,11 @@ func Plan(in Input, now time.Time) Result {
 			res.FrozenReason = fmt.Sprintf("full disruption: all %d nodes are NotReady, so the control plane is the likelier side cut off; nobody leaves the set until a node is Ready again", len(nodes))
 		case float64(unconfirmed) > cfg.MaxLeaveShare*float64(prevIn):
 			res.Frozen = true
-			res.FrozenReason = fmt.Sprintf("%d of the %d members would leave at once without a live peer confirming them down, more than the %g share allowed; nobody leaves until fewer would, or their peers report them down", unconfirmed, prevIn, cfg.MaxLeaveShare)
+			res.FrozenReason = fmt.Sprintf("%d of the %d members would leave at once without a quorum of live peers confirming them down, more than the %g share allowed; nobody leaves until fewer would, or their peers report them down", unconfirmed, prevIn, cfg.MaxLeaveShare)
 		}
 	}
 
-	// The set never collapses (issue 9).
+	// The set never collapses.
 	assess(in.State.ThawedAt)
 	freeze()
 	switch {
@@ -114,7 +117,16 @@ func Plan(in Input, now time.Time) Result {
 		assess(now)
 		freeze()
 	}
-	res.Floor = prevIn - int(cfg.MaxLeaveShare*float64(prevIn))
+	if res.Frozen {
+		for i, n := range nodes {
+			prev, known := in.State.Nodes[n.Name]
+			if d := decisions[i]; known && prev.InSet && !d.inSet && n.Address.IsValid() && d.reason != OutDuplicate {
+				decisions[i] = decision{inSet: true, reason: InFrozen, message: fmt.Sprintf("would leave (%s: %s), but the set is frozen: %s", d.reason, d.message, res.FrozenReason), pruneAt: d.pruneAt}
+			}
+		}
+	}
+	spendLeaveBudget(cfg, nodes, in.State, lv, incident, decisions)
+	res.Floor = floorOf(cfg, nodes, in.State, incident, dups)
 
 	seen := make(map[string]bool, len(nodes))
 	for i, n := range nodes {
@@ -122,9 +134,6 @@ func Plan(in Input, now time.Time) Result {
 		prev, known := in.State.Nodes[n.Name]
 		wasIn := known && prev.InSet
 		d := decisions[i]
-		if res.Frozen && wasIn && !d.inSet && n.Address.IsValid() && d.reason != OutDuplicate {
-			d = decision{inSet: true, reason: InFrozen, message: fmt.Sprintf("would leave (%s: %s), but the set is frozen: %s", d.reason, d.message, res.FrozenReason), pruneAt: d.pruneAt}
-		}
 
 		next := NodeState{InSet: d.inSet, Since: prev.Since, Removals: recentRemovals(prev.Removals, now, cfg.FlapWindow)}
 		if d.inSet {
@@ -153,10 +162,16 @@ func Plan(in Input, now time.Time) Result {
 		res.Decisions = append(res.Decisions, Decision{Name: n.Name, InSet: d.inSet, Reason: d.reason, Message: d.message})
 		if d.inSet {
 			p := Peer{Name: n.Name, Address: n.Address, Port: bgpPort(n, in.Reports, cfg), Ready: n.Ready, ReadySince: n.LastTransition, Reason: d.reason}
-			if !n.Ready {
-				p.Alive = ev.Alive[n.Name]
+			if v := lv.Of(n.Name); !n.Ready {
+				// A member a live observer still has a session with is
+				// rendered at a BIRD start too: leaving it out would end
+				// graceful-restart recovery without it and flush its
+				// routes.
+				if v.Verdict == liveness.CutOffFromAPI || v.Veto != "" {
+					p.Alive = v.Reason
+				}
 			} else {
-				p.Lost = ev.Lost[n.Name]
+				p.Lost = lv.Lost[n.Name]
 			}
 			res.Peers = append(res.Peers, p)
 		}
@@ -164,10 +179,14 @@ func Plan(in Input, now time.Time) Result {
 			res.NextCheck = d.pruneAt
 		}
 	}
-	if !ev.StaleAt.IsZero() && (res.NextCheck.IsZero() || ev.StaleAt.Before(res.NextCheck)) {
+	if !lv.StaleAt.IsZero() && (res.NextCheck.IsZero() || lv.StaleAt.Before(res.NextCheck)) {
 		// A report that counts now ages out then.
-		res.NextCheck = ev.StaleAt
+		res.NextCheck = lv.StaleAt
 	}
+	// The floor is never above the set: the budget keeps the set at or
+	// above it by construction, so this only matters when members left
+	// for reasons outside it (TestPlanStaggeredLeaves checks the budget
+	// alone holds it).
 	res.Floor = min(res.Floor, len(res.Peers))
 
 	// Nodes deleted from the cluster leave the set at once: there is nothing
@@ -200,6 +219,14 @@ func Plan(in Input, now time.Time) Result {
 	sort.Slice(res.Decisions, func(i, j int) bool { return res.Decisions[i].Name < res.Decisions[j].Name })
 	sort.Slice(res.Changes, func(i, j int) bool { return res.Changes[i].Name < res.Changes[j].Name })
 	return res
+}
+
+func livenessNodes(nodes []Node) []liveness.Node {
+	out := make([]liveness.Node, len(nodes))
+	for i, n := range nodes {
+		out[i] = liveness.Node{Name: n.Name, Ready: n.Ready, Transition: n.LastTransition}
+	}
+	return out
 }
 
 // PeerSet is the document to publish for this result.
@@ -273,7 +300,7 @@ type decision struct {
 }
 
 // decide applies the membership rules to one node, first match wins.
-func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDownSince, restart, now time.Time) decision {
+func decide(cfg Config, n Node, prev NodeState, known bool, v liveness.NodeVerdict, restart, now time.Time) decision {
 	switch {
 	case !n.Address.IsValid():
 		return decision{reason: OutNoAddress, message: "no valid BGP address: nothing to peer with"}
@@ -289,15 +316,19 @@ func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDow
 	if known && !prev.InSet {
 		return decision{reason: OutNotReady, message: fmt.Sprintf("NotReady since %s; out of the mesh since %s", stamp(n.LastTransition), stamp(prev.Since))}
 	}
-	if alive != "" {
-		return decision{inSet: true, reason: InSessionUp, message: "NotReady, but alive: " + alive}
+	if v.Verdict == liveness.CutOffFromAPI || v.Veto != "" {
+		// A liar can at most keep a node in, which is upstream's full
+		// mesh; it can never take one out.
+		return decision{inSet: true, reason: InSessionUp, message: "NotReady, but not dead: " + v.Reason}
 	}
 
-	streakStart := n.LastTransition
-	if !bfdDownSince.IsZero() && (streakStart.IsZero() || bfdDownSince.Before(streakStart)) {
-		// Every live reporter's BFD lost it before the API noticed
-		// (node-monitor-grace-period): the grace counts from then.
-		streakStart = bfdDownSince
+	// The streak counts from rebound's own first sight of the NotReady
+	// state (never the kubelet's clock), or from when a quorum of live
+	// observers' BFD lost the node, if earlier: the API notices only after
+	// node-monitor-grace-period.
+	streakStart := v.Since
+	if v.Verdict == liveness.Dead && !v.DownSince.IsZero() && (streakStart.IsZero() || v.DownSince.Before(streakStart)) {
+		streakStart = v.DownSince
 	}
 	if known && prev.Since.After(streakStart) {
 		// Re-added after a removal: the streak cannot predate the rejoin.
@@ -333,7 +364,7 @@ func decide(cfg Config, n Node, prev NodeState, known bool, alive string, bfdDow
 			streakStart: assumedStart,
 		}
 	}
-	return decision{reason: OutNotReady, message: fmt.Sprintf("NotReady for %s, past the %s grace period, and no live peer shows fresh evidence that it is alive", down, grace)}
+	return decision{reason: OutNotReady, message: fmt.Sprintf("NotReady for %s, past the %s grace period, and no live peer has a session with it (%s)", down, grace, v.Verdict)}
 }
 
 // bgpPort is the port published for n, from one place: the node's

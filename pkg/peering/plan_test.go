@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"rebound/pkg/liveness"
 )
 
 // t0 is the fixed "now" of the table tests: tests drive time, never read it.
@@ -127,16 +129,19 @@ func TestPlan(t *testing.T) {
 			wantNext:  t0.Add(-time.Second + DefaultReportMaxAge + time.Millisecond),
 		},
 		{
-			name: "a session older than the NotReady transition is no evidence (the hold timer may not have run out)",
+			// Not proof of life (the hold timer may not have run out), but
+			// a live observer's session vetoes the removal: a liar can at
+			// most keep a node in, as upstream's full mesh would.
+			name: "a session older than the NotReady transition vetoes the removal",
 			nodes: []Node{
 				ready("a", 1, ago(time.Hour)),
 				notReady("b", 2, ago(time.Hour)),
 			},
-			reports:     []Report{est("a", "b", "Established", ago(2*time.Hour))},
-			state:       map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
-			wantPeers:   []string{"a"},
-			wantWhy:     map[string]Reason{"a": InReady, "b": OutNotReady},
-			wantChanges: []string{"-b"},
+			reports:   []Report{est("a", "b", "Established", ago(2*time.Hour))},
+			state:     map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
+			wantPeers: []string{"a", "b"},
+			wantWhy:   map[string]Reason{"a": InReady, "b": InSessionUp},
+			wantNext:  ago(time.Second).Add(DefaultReportMaxAge + time.Millisecond),
 		},
 		{
 			name: "the node's own report never keeps it in",
@@ -189,16 +194,16 @@ func TestPlan(t *testing.T) {
 			wantChanges: []string{"-b"},
 		},
 		{
-			name: "a session time from the future does not count",
+			name: "a session time from the future is no proof of life, yet the session vetoes",
 			nodes: []Node{
 				ready("a", 1, ago(time.Hour)),
 				notReady("b", 2, ago(time.Hour)),
 			},
-			reports:     []Report{est("a", "b", "Established", t0.Add(time.Hour))},
-			state:       map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
-			wantPeers:   []string{"a"},
-			wantWhy:     map[string]Reason{"a": InReady, "b": OutNotReady},
-			wantChanges: []string{"-b"},
+			reports:   []Report{est("a", "b", "Established", t0.Add(time.Hour))},
+			state:     map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
+			wantPeers: []string{"a", "b"},
+			wantWhy:   map[string]Reason{"a": InReady, "b": InSessionUp},
+			wantNext:  ago(time.Second).Add(DefaultReportMaxAge + time.Millisecond),
 		},
 		{
 			name: "a report read before the NotReady transition does not count",
@@ -476,7 +481,7 @@ func TestPlanInvariantsRandom(t *testing.T) {
 		for _, p := range res.Peers {
 			peers[p.Name] = true
 		}
-		ev := AliveEvidence(nodes, reports, t0, cfg.Evidence)
+		lv := liveness.Assess(liveness.Input{Nodes: livenessNodes(nodes), Reports: reports, Options: cfg.Evidence}, t0)
 		byName := map[string]Node{}
 		for _, n := range nodes {
 			byName[n.Name] = n
@@ -500,7 +505,7 @@ func TestPlanInvariantsRandom(t *testing.T) {
 			if allNotReady || res.Frozen {
 				t.Fatalf("iter %d: %s removed from a frozen set (%s)", iter, n.Name, res.FrozenReason)
 			}
-			if n.Ready || n.KeepInMesh || t0.Sub(start) < grace || ev.Alive[n.Name] != "" {
+			if n.Ready || n.KeepInMesh || t0.Sub(start) < grace || lv.Of(n.Name).Veto != "" {
 				t.Fatalf("iter %d: %s removed against the rules: node %+v prev %+v grace %v", iter, n.Name, n, prev, grace)
 			}
 		}
@@ -531,7 +536,7 @@ func TestStateJSONRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(back, res.State) {
 		t.Fatalf("state changed through JSON:\n%s\n%+v\n%+v", raw, res.State, back)
 	}
-	want := `{"nodes":{"a":{"inSet":true,"address":"10.0.0.1"},"b":{"inSet":false,"since":"2026-03-01T12:00:00Z","removals":["2026-03-01T12:00:00Z"]}}}`
+	want := `{"nodes":{"a":{"inSet":true,"address":"10.0.0.1"},"b":{"inSet":false,"since":"2026-03-01T12:00:00Z","removals":["2026-03-01T12:00:00Z"]}},"incident":{"since":"2026-03-01T12:00:00Z","members":["a","b"],"leaves":["b"]}}`
 	if string(raw) != want {
 		t.Errorf("state JSON = %s, want %s", raw, want)
 	}

@@ -62,11 +62,13 @@ func TestPlanFreezes(t *testing.T) {
 			wantFloor:  2,
 		},
 		{
-			name:      "2 of 3 leave, confirmed down by the live peer's fresh report: they leave",
+			// Confirmed dead, so no freeze; but the incident's budget lets
+			// only 1 of the 3 members leave.
+			name:      "2 of 3 confirmed down by the live peer's fresh report: one leaves, the budget holds the other",
 			nodes:     []Node{ready("a", 1, ago(time.Hour)), notReady("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour))},
 			reports:   []Report{down("a", "b", "c")},
-			wantPeers: 1,
-			wantFloor: 1,
+			wantPeers: 2,
+			wantFloor: 2,
 		},
 		{
 			name:      "2 of 4 leave: exactly half, allowed",

@@ -25,7 +25,9 @@ const (
 	DefaultFlapWindow = 10 * time.Minute
 	// DefaultMaxLeaveShare: when more than this share of the set's members
 	// would leave in one step without their peers confirming them down, the
-	// set is frozen instead (issue 9: the set never collapses).
+	// set is frozen instead; and no more than this share of the set an
+	// incident began with leaves during it, however small the steps (the
+	// set never collapses).
 	DefaultMaxLeaveShare = 0.5
 	// DefaultMaxPruneGracePeriod caps the stretched grace period so that a
 	// node that flapped and then really died still leaves the mesh before
@@ -80,7 +82,7 @@ type Config struct {
 	// down), nobody leaves and the set is frozen. Zero means
 	// DefaultMaxLeaveShare; 1 turns the rule off.
 	MaxLeaveShare float64 `json:"maxLeaveShare,omitempty"`
-	// Evidence says which agents' reports count (AliveEvidence).
+	// Evidence says which agents' reports count (liveness.Assess).
 	Evidence EvidenceOptions `json:"evidence,omitzero"`
 	// DefaultBGPPort is the port published for a node that has neither
 	// the peering.rebound.dev/bgp-port annotation nor an agent report of
@@ -122,8 +124,9 @@ func (c Config) Validate() error {
 	check("pruneGracePeriod", c.PruneGracePeriod)
 	check("flapWindow", c.FlapWindow)
 	check("maxPruneGracePeriod", c.MaxPruneGracePeriod)
-	check("evidence.reportMaxAge", c.Evidence.ReportMaxAge)
-	check("evidence.maxClockSkew", c.Evidence.MaxClockSkew)
+	if err := c.Evidence.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MaxLeaveShare < 0 || c.MaxLeaveShare > 1 {
 		errs = append(errs, fmt.Errorf("peering config: maxLeaveShare %v: want a share in (0, 1], e.g. 0.5; 0 means the default %v", c.MaxLeaveShare, DefaultMaxLeaveShare))
 	}
@@ -151,6 +154,28 @@ type State struct {
 	// get a whole grace period after it (a partition healing node by node
 	// must not prune the nodes that return last).
 	ThawedAt time.Time `json:"thawedAt,omitzero"`
+	// Incident is the leave budget of the incident under way; nil while
+	// every node is Ready.
+	Incident *Incident `json:"incident,omitempty"`
+}
+
+// Incident is the memory of the leave budget. An incident begins at the
+// first plan that sees a node NotReady and ends at the first that sees
+// every node Ready. Leaving the mesh is budgeted against the set it began
+// with, as kube-controller-manager rate-limits eviction, so that nodes
+// turning NotReady one at a time cannot empty the set in steps each too
+// small to freeze it.
+type Incident struct {
+	// Since is when the incident began.
+	Since time.Time `json:"since"`
+	// Members are the set's members when it began, sorted: every node the
+	// state had in the set, and every node with an address the state did
+	// not know (a planner without state starts from the full mesh,
+	// upstream's set).
+	Members []string `json:"members"`
+	// Leaves lists the members removed for being NotReady since, once per
+	// removal.
+	Leaves []string `json:"leaves,omitempty"`
 }
 
 // NodeState is one node's published membership and flap history.
@@ -174,10 +199,13 @@ type NodeState struct {
 type Input struct {
 	Nodes []Node
 	// Reports are the agents' session reports, unfiltered: the planner
-	// applies AliveEvidence's rules itself.
+	// applies liveness.Assess's rules itself.
 	Reports []Report
-	State   State
-	Config  Config
+	// FirstSeen is when this process first saw each node in its current
+	// Ready state (liveness.Tracker); nil for none.
+	FirstSeen map[string]time.Time
+	State     State
+	Config    Config
 }
 
 // Reason says, as a stable code, why a node is in or out of the set.
@@ -192,6 +220,7 @@ const (
 	InGracePeriod Reason = "InGracePeriod"      // NotReady, grace not over yet
 	InSessionUp   Reason = "SessionEstablished" // NotReady, but alive evidence
 	InFrozen      Reason = "SetFrozen"          // would leave, but the set is frozen
+	InBudget      Reason = "LeaveBudgetSpent"   // would leave, but the incident's leave budget is spent
 	OutNotReady   Reason = "NotReadyPastGrace"
 	OutNoAddress  Reason = "NoBGPAddress"
 	OutDuplicate  Reason = "DuplicateAddress" // another node claims the same address
@@ -201,7 +230,7 @@ const (
 // In reports whether the reason keeps a node in the set.
 func (r Reason) In() bool {
 	switch r {
-	case InReady, InDisabled, InKeepLabel, InGracePeriod, InSessionUp, InFrozen:
+	case InReady, InDisabled, InKeepLabel, InGracePeriod, InSessionUp, InFrozen, InBudget:
 		return true
 	}
 	return false

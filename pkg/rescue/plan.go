@@ -30,7 +30,7 @@
 //	    (target.go: taints, nodeSelector/affinity,                        taint, affinity, resources, NotReady); re-planned when
 //	    requests vs allocatable minus requested)                          a node changes (the controller watches nodes)
 //	stranded ReplicaSet/Deployment pod                 Act                Delete (graceful, UID precondition); on a node that
-//	                                                                      Snapshot.BGPAlive says is alive, the reason says the
+//	                                                                      Snapshot.Verdicts says is CutOffFromAPI, the reason
 //	                                                                      old copy may still run until the node returns
 //	  terminating, owner short, < replacement timeout  InFlight           none; NextCheck at the timeout
 //	  terminating, owner short, >= timeout,            Act                ScaleDown (if ScaleBounce allowed), recording the
@@ -44,7 +44,7 @@
 //	Deployment at 0 replicas with the annotation       (any pod)          ScaleRestore, never limited
 //	stranded StatefulSet pod, or RWO/RWOP volume:
 //	  node not fenced                                  WaitingForFencing  none
-//	  fenced (out-of-service:NoExecute) but BGPAlive   Held               none: two signals disagree; a live node may still run
+//	  fenced (out-of-service:NoExecute) but CutOff     Held               none: two signals disagree; a live node may still run
 //	                                                                      the pod, and two copies are worse than a stall
 //	  node fenced (out-of-service:NoExecute)           Act                ForceDelete (grace 0, UID precondition; the executor
 //	                                                                      re-reads the node's taint from the API first)
@@ -109,7 +109,7 @@ const (
 	// DecisionHeld: actionable, but a safety signal says that acting could
 	// be worse than upstream's stall: every node is NotReady (full
 	// disruption: the control plane is the likelier side cut off), or a
-	// fenced node still shows independent signs of life (Snapshot.BGPAlive).
+	// fenced node is CutOffFromAPI (Snapshot.Verdicts).
 	DecisionHeld Decision = "Held"
 )
 
@@ -241,7 +241,7 @@ func PlanFor(s Snapshot) Plan {
 	if err := cfg.Validate(); err != nil {
 		p.warnings = append(p.warnings, "zone config: "+err.Error())
 	}
-	infos, notReady := indexNodes(s.Nodes, s.BGPAlive)
+	infos, notReady := indexNodes(s.Nodes, s.Verdicts)
 	p.totalNodes = len(infos)
 	p.readyNodes = len(infos) - len(notReady)
 	p.disruption = Disruption{Active: p.totalNodes > 0 && p.readyNodes == 0, EndedAt: s.PreviousDisruption.EndedAt}
@@ -281,20 +281,25 @@ func PlanFor(s Snapshot) Plan {
 }
 
 // clockStart is when a node's maxUnavailableTime clock started: its
-// NotReady transition, or the end of the last full disruption if later,
-// whether this planner saw it (Disruption.EndedAt) or reads it from the
-// nodes (firstReturn).
-func (p *planner) clockStart(since time.Time) time.Time {
-	return latest(since, p.disruption.EndedAt, p.firstReturn)
+// NotReady transition, or later: when rebound first saw it NotReady (the
+// liveness verdict's Since: a kubelet whose clock is behind writes an old
+// transition, and a controller restarted during an incident starts its
+// clocks again), or the end of the last full disruption, whether this
+// planner saw it (Disruption.EndedAt) or reads it from the nodes
+// (firstReturn).
+func (p *planner) clockStart(node *nodeState) time.Time {
+	return latest(node.since, node.observed, p.disruption.EndedAt, p.firstReturn)
 }
 
 // clockRestartNote explains a clock that did not start at the node's
 // NotReady transition; "" when it did.
-func (p *planner) clockRestartNote(since time.Time) string {
-	start := p.clockStart(since)
+func (p *planner) clockRestartNote(node *nodeState) string {
+	start := p.clockStart(node)
 	switch {
-	case !start.After(since):
+	case !start.After(node.since):
 		return ""
+	case start.Equal(node.observed):
+		return fmt.Sprintf(" (the clock counts from %s, when rebound first saw the node NotReady: the transition time is written by the node or by an earlier controller, and rebound counts only on its own clock)", formatTime(start))
 	case start.Equal(p.disruption.EndedAt):
 		return fmt.Sprintf(" (the clock restarted at %s, when a full disruption ended, as kube-controller-manager restarts its own)", formatTime(start))
 	default:
@@ -385,7 +390,7 @@ func (p *planner) examine(e examined) {
 		PolicyNote:    e.note,
 		Workload:      w,
 		NotReadySince: node.since,
-		Deadline:      p.clockStart(node.since).Add(rule.maxUnavailable),
+		Deadline:      p.clockStart(node).Add(rule.maxUnavailable),
 		Terminating:   pod.DeletionTimestamp != nil,
 	}
 	rule.report.Critical++
@@ -426,7 +431,7 @@ func (p *planner) examine(e examined) {
 		cp.Decision = DecisionNotYet
 		cp.Reason = fmt.Sprintf("node %s NotReady for %s of maxUnavailableTime %s: stranded at %s if still NotReady",
 			cp.Node, p.now.Sub(cp.NotReadySince).Round(time.Second), rule.maxUnavailable, formatTime(cp.Deadline))
-		cp.Reason += p.clockRestartNote(node.since)
+		cp.Reason += p.clockRestartNote(node)
 		p.wake(cp.Deadline)
 	default:
 		cp.Stranded = true

@@ -382,7 +382,7 @@ func cloneSnapshot(s Snapshot) Snapshot {
 			c.Namespaces[k] = maps.Clone(v)
 		}
 	}
-	c.BGPAlive = maps.Clone(s.BGPAlive)
+	c.Verdicts = maps.Clone(s.Verdicts)
 	c.Usage = maps.Clone(s.Usage)
 	c.RecentActions = slices.Clone(s.RecentActions)
 	return c

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/liveness"
 	"rebound/pkg/zone"
 )
 
@@ -304,10 +305,12 @@ func TestNoTarget(t *testing.T) {
 	runPlanCases(t, tests)
 }
 
-func TestBGPAlive(t *testing.T) {
+// TestCutOffFromAPI: the liveness verdict CutOffFromAPI holds stateful
+// pods and is named in a stateless pod's reason.
+func TestCutOffFromAPI(t *testing.T) {
 	const evidence = "node-2 reports a BGP session Established with it since 2026-03-01T12:00:10Z, after its NotReady transition"
 	alive := func(w *world) *world {
-		w.s.BGPAlive = map[string]string{"node-3": evidence}
+		w.s.Verdicts = map[string]liveness.NodeVerdict{"node-3": {Verdict: liveness.CutOffFromAPI, Reason: evidence}}
 		return w
 	}
 	sts := func(w *world, taints ...corev1.Taint) *world {

@@ -13,6 +13,7 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/kubestatus"
+	"rebound/pkg/liveness"
 	"rebound/pkg/zone"
 )
 
@@ -61,15 +62,14 @@ type Snapshot struct {
 	PreviousDisruption Disruption
 	// Defaults are rebound's own knobs; zero fields take their default.
 	Defaults Defaults
-	// BGPAlive is a second liveness signal, independent of the API: for a
-	// NotReady node, human-readable evidence that it is alive but cut off
-	// from the control plane, e.g. "node-2 reports a BGP session
-	// Established with it since T, after its NotReady transition". Filled
-	// from the agents' session reports (pkg/peering); nil means no
-	// evidence. On such a node a stateful pod never moves, even when
-	// fenced (the signals disagree, and two copies are worse than a stall),
-	// and a stateless pod may, with a reason that says so.
-	BGPAlive map[string]string
+	// Verdicts are pkg/liveness's verdicts, by node name: the one model of
+	// life and death. A NotReady node's maxUnavailableTime clock never
+	// starts before its verdict's Since (rebound's own first sight of the
+	// NotReady state). On a CutOffFromAPI node a stateful pod never moves,
+	// even when fenced (the signals disagree, and two copies are worse
+	// than a stall), and a stateless pod may, with a reason that says so.
+	// nil, or a node missing: the API's transition alone, as upstream.
+	Verdicts map[string]liveness.NodeVerdict
 	// RecentActions is the caller's in-memory ledger of the real actions
 	// it took within the last minute (the controller's; nil for a
 	// one-shot CLI). The rate limit counts the union of these and
@@ -151,7 +151,11 @@ type nodeState struct {
 	// with effect NoExecute (IsFencingTaint): someone confirmed the node is
 	// off.
 	fenced bool
-	// alive is Snapshot.BGPAlive's evidence that the node still runs.
+	// observed is when rebound first saw the node NotReady (the verdict's
+	// Since); zero without a verdict.
+	observed time.Time
+	// alive is the CutOffFromAPI verdict's evidence that the node still
+	// runs; "" otherwise.
 	alive string
 	// ahead counts the untainted NotReady nodes of the same zone that
 	// upstream's taint queue serves before this one (see queuePositions).
@@ -169,7 +173,7 @@ type snapshotIndex struct {
 
 // indexNodes returns the zone model's view of every node and the state of
 // each NotReady node, keyed by name.
-func indexNodes(nodes []*corev1.Node, alive map[string]string) ([]zone.NodeInfo, map[string]*nodeState) {
+func indexNodes(nodes []*corev1.Node, verdicts map[string]liveness.NodeVerdict) ([]zone.NodeInfo, map[string]*nodeState) {
 	infos := make([]zone.NodeInfo, 0, len(nodes))
 	notReady := make(map[string]*nodeState)
 	for _, n := range nodes {
@@ -182,7 +186,13 @@ func indexNodes(nodes []*corev1.Node, alive map[string]string) ([]zone.NodeInfo,
 		if ready {
 			continue
 		}
-		ns := &nodeState{node: n, zone: info.Zone, readyStatus: status, since: since, alive: alive[n.Name]}
+		ns := &nodeState{node: n, zone: info.Zone, readyStatus: status, since: since}
+		if v, ok := verdicts[n.Name]; ok && v.Verdict != liveness.Alive {
+			ns.observed = v.Since
+			if v.Verdict == liveness.CutOffFromAPI {
+				ns.alive = v.Reason
+			}
+		}
 		for i := range n.Spec.Taints {
 			t := &n.Spec.Taints[i]
 			switch {

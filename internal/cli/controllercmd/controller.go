@@ -11,11 +11,13 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/internal/cli"
 	"rebound/internal/controller"
 	"rebound/internal/logging"
 	"rebound/internal/metricsserving"
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering/calico"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
@@ -107,12 +109,18 @@ upstream eviction.`,
 			if err != nil {
 				return err
 			}
+			// One tracker: both planners count NotReady from the same first
+			// sight.
+			tracker := &liveness.Tracker{}
+			peeringOpts.Tracker = tracker
 			if !noRecovery {
+				var reports client.Reader
 				if peeringOn {
 					// Agents report their sessions only where peering runs:
-					// then the planner gets the second liveness signal.
-					recOpts.BGPAlive = controller.BGPAliveFromReports(mgr.GetClient(), peeringOpts.Config.WithDefaults().Evidence)
+					// then the verdicts get the second plane.
+					reports = mgr.GetClient()
 				}
+				recOpts.Liveness = controller.LivenessVerdicts(reports, tracker, peeringOpts.Config.WithDefaults().Evidence)
 				if err := controller.SetupRecovery(mgr, recOpts); err != nil {
 					return err
 				}

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 )
 
@@ -77,25 +78,35 @@ func PeerSetFromConfigMap(cm *corev1.ConfigMap) (peering.PeerSet, error) {
 	return s, nil
 }
 
-// BGPAlive is peering.AliveEvidence over API objects: for each NotReady
-// node, why the agents' reports say it is alive (rescue.Snapshot.BGPAlive,
-// diagnose). Reports that cannot be read are left out.
-func BGPAlive(nodes []*corev1.Node, reports []v1alpha1.PeeringReport, now time.Time, opts peering.EvidenceOptions) map[string]string {
+// Assess is liveness.Assess over API objects: the one verdict per node
+// that the recovery planner (rescue.Snapshot.Verdicts) and diagnose read.
+// Reports that cannot be read are left out. firstSeen is the caller's
+// liveness.Tracker, nil for a one-shot CLI.
+func Assess(nodes []*corev1.Node, reports []v1alpha1.PeeringReport, firstSeen map[string]time.Time, now time.Time, opts liveness.Options) liveness.Assessment {
 	rs := make([]peering.Report, 0, len(reports))
 	for i := range reports {
 		if r, err := ReportFromAPI(&reports[i]); err == nil {
 			rs = append(rs, r)
 		}
 	}
-	return BGPAliveFromReports(nodes, rs, now, opts)
+	return AssessReports(nodes, rs, firstSeen, now, opts)
 }
 
-// BGPAliveFromReports is BGPAlive over reports already read (diagnose
-// reads them through the dynamic client).
-func BGPAliveFromReports(nodes []*corev1.Node, reports []peering.Report, now time.Time, opts peering.EvidenceOptions) map[string]string {
-	pnodes := make([]peering.Node, 0, len(nodes))
+// AssessReports is Assess over reports already read (diagnose reads them
+// through the dynamic client).
+func AssessReports(nodes []*corev1.Node, reports []peering.Report, firstSeen map[string]time.Time, now time.Time, opts liveness.Options) liveness.Assessment {
+	return liveness.Assess(liveness.Input{Nodes: LivenessNodes(nodes), Reports: reports, FirstSeen: firstSeen, Options: opts}, now)
+}
+
+// LivenessNodes reads what the liveness model needs of each Node.
+func LivenessNodes(nodes []*corev1.Node) []liveness.Node {
+	out := make([]liveness.Node, 0, len(nodes))
 	for _, n := range nodes {
-		pnodes = append(pnodes, PlannerNode(n))
+		if n == nil {
+			continue
+		}
+		ready, since := Ready(n)
+		out = append(out, liveness.Node{Name: n.Name, Ready: ready, Transition: since})
 	}
-	return peering.AliveEvidence(pnodes, reports, now, opts).Alive
+	return out
 }

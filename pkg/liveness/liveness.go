@@ -1,0 +1,353 @@
+// Package liveness answers the one question both of rebound's destructive
+// acts rest on: is a NotReady node dead, or only cut off from the API?
+//
+// Deleting a critical pod on a NotReady node and leaving a node out of the
+// BGP mesh are each worse than upstream's stall when the node is alive and
+// only the API lost it. So every planner (pkg/rescue, pkg/peering,
+// diagnose) reads one verdict per node from Assess, built from two
+// independent planes:
+//
+//   - the API: the Ready condition, timed by rebound's own observations
+//     (Input.FirstSeen), never by the clock of the kubelet that wrote the
+//     transition;
+//   - the node network: the BGP (and BFD) sessions that the other nodes'
+//     agents report.
+//
+// No single node, report or clock decides. Death needs a quorum of the
+// fresh, Ready observers; any one of them with a live session vetoes it, so
+// a liar can at most keep a node in (upstream's behaviour), never take one
+// out. Assess is pure: no client, no logger, no clock.
+package liveness
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Verdict is what rebound believes about one node.
+type Verdict string
+
+// Verdicts.
+const (
+	// Alive: the node is Ready in the API.
+	Alive Verdict = "Alive"
+	// CutOffFromAPI: NotReady in the API, yet a fresh Ready observer shows
+	// first-hand life since the transition (BFD up, a session
+	// re-established after it, or one Established past BIRD's hold time
+	// after it). Its pods may still run; nothing that needs it dead is
+	// done.
+	CutOffFromAPI Verdict = "CutOffFromAPI"
+	// Dead: NotReady, a quorum of the fresh Ready observers reports its
+	// sessions down, and none reports one up.
+	Dead Verdict = "Dead"
+	// Unknown: NotReady without corroboration either way: rebound knows
+	// what upstream knows, and times what it does as upstream would.
+	Unknown Verdict = "Unknown"
+)
+
+// DefaultHoldTime is BIRD's default BGP hold time (also Calico's): a
+// session with a dead peer stays Established up to this long, so only a
+// session still Established this long after the NotReady transition is
+// proof of life on its own.
+const DefaultHoldTime = 240 * time.Second
+
+// Node is what the model reads of a Node object.
+type Node struct {
+	Name string
+	// Ready is true when the Ready condition is True.
+	Ready bool
+	// Transition is the Ready condition's lastTransitionTime: written by
+	// the kubelet (its clock) when it reports NotReady itself, by
+	// kube-controller-manager when the node stops posting.
+	Transition time.Time
+}
+
+// Input is what Assess decides from.
+type Input struct {
+	Nodes   []Node
+	Reports []Report
+	// FirstSeen maps a node to when this process first saw it in its
+	// current Ready state (Tracker). A node's clock never starts before
+	// it: a kubelet clock ten minutes behind, or a controller restarted
+	// during an incident, must not make a fresh NotReady look old. nil
+	// means the caller has no history (a one-shot CLI): the API's times
+	// are taken as they are, and the verdict says so.
+	FirstSeen map[string]time.Time
+	Options   Options
+}
+
+// NodeVerdict is one node's verdict with its evidence.
+type NodeVerdict struct {
+	Verdict Verdict `json:"verdict"`
+	// Since is when the node entered its current Ready state on rebound's
+	// clock: the later of the Ready condition's transition and
+	// Input.FirstSeen. Every NotReady clock (maxUnavailableTime, the
+	// prune grace) counts from it.
+	Since time.Time `json:"since"`
+	// DownSince is, for a Dead node, when the data plane lost it: Since,
+	// or earlier when a quorum of at least two observers reports BFD down
+	// with times (the quorum-th earliest of them). Zero unless Dead.
+	DownSince time.Time `json:"downSince,omitzero"`
+	// Veto names a fresh Ready observer that reports a session with the
+	// node Established or BFD up: with it the node never leaves the mesh.
+	Veto string `json:"veto,omitempty"`
+	// Reason says why, in words, naming reporters and times.
+	Reason string `json:"reason"`
+	// Observers counts the fresh Ready reporters that may vote on the
+	// node; DownVotes and UpVotes how many did, each way, after Since.
+	Observers int `json:"observers"`
+	DownVotes int `json:"downVotes"`
+	UpVotes   int `json:"upVotes"`
+}
+
+// Assessment is the verdict for every node.
+type Assessment struct {
+	Nodes map[string]NodeVerdict
+	// Lost maps a Ready node to the evidence that every working reporter
+	// has lost its sessions with it although the API has not noticed yet
+	// (kube-controller-manager marks a node NotReady only after its node
+	// grace period). The agent's start rule leaves such a peer out of
+	// BIRD's start; nothing destructive reads it.
+	Lost map[string]string
+	// StaleAt is the earliest time a report that counts now ages out: the
+	// answer may change then without any new input. Zero when none counts.
+	StaleAt time.Time
+}
+
+// Of returns the verdict for a node; a node the assessment does not know
+// is Unknown.
+func (a Assessment) Of(name string) NodeVerdict {
+	if v, ok := a.Nodes[name]; ok {
+		return v
+	}
+	return NodeVerdict{Verdict: Unknown, Reason: "not in the snapshot"}
+}
+
+// Quorum is how many of n observers must agree that a node is dead: a
+// majority, so at least two where two exist.
+func Quorum(n int) int { return n/2 + 1 }
+
+// Assess computes one verdict per node. A report counts only when all of
+// these hold: it is another node's (a node never speaks for itself), the
+// reporter is known and Ready now, the report carries no BIRD error, its
+// BIRD is out of graceful-restart recovery, and it is at most ReportMaxAge
+// old and not more than MaxClockSkew in the future. Such a reporter is an
+// observer of every NotReady node; it votes on one only with a report read
+// after the node's Since, and abstains otherwise (an abstention still
+// counts against the quorum, so that one fast liar cannot decide before
+// the honest reports arrive).
+func Assess(in Input, now time.Time) Assessment {
+	opts := in.Options.WithDefaults()
+	byName := make(map[string]Node, len(in.Nodes))
+	order := make([]string, 0, len(in.Nodes))
+	for _, n := range in.Nodes {
+		if _, dup := byName[n.Name]; dup {
+			continue
+		}
+		byName[n.Name] = n
+		order = append(order, n.Name)
+	}
+	out := Assessment{Nodes: make(map[string]NodeVerdict, len(byName)), Lost: map[string]string{}}
+
+	// Observers, in reporter order so that the names in reasons are
+	// stable.
+	observers := make([]Report, 0, len(in.Reports))
+	for _, r := range in.Reports {
+		reporter, known := byName[r.Reporter]
+		if known && reporter.Ready && r.Error == "" && !r.Recovering && fresh(r, now, opts) {
+			observers = append(observers, r)
+		}
+	}
+	slices.SortStableFunc(observers, func(a, b Report) int { return cmp.Compare(a.Reporter, b.Reporter) })
+
+	counted := map[string]bool{} // reporters whose report decided something
+	for _, name := range order {
+		n := byName[name]
+		since := n.Transition
+		if seen, ok := in.FirstSeen[name]; ok && seen.After(since) {
+			since = seen
+		}
+		if n.Ready {
+			out.Nodes[name] = NodeVerdict{Verdict: Alive, Since: since, Reason: "Ready in the API"}
+			continue
+		}
+		out.Nodes[name] = judge(n, since, observers, opts, in.FirstSeen == nil, counted)
+	}
+	for _, r := range observers {
+		if counted[r.Reporter] {
+			at := r.ObservedAt.Add(opts.ReportMaxAge).Add(time.Millisecond)
+			if out.StaleAt.IsZero() || at.Before(out.StaleAt) {
+				out.StaleAt = at
+			}
+		}
+	}
+	lostByMesh(byName, observers, out.Lost)
+	return out
+}
+
+// judge is the verdict on one NotReady node.
+func judge(n Node, since time.Time, observers []Report, opts Options, noHistory bool, counted map[string]bool) NodeVerdict {
+	v := NodeVerdict{Verdict: Unknown, Since: since}
+	var life, veto string
+	var bfdDown []time.Time // the down voters' BFD-down times, where every one has one
+	allBFD := true
+	for _, r := range observers {
+		if r.Reporter == n.Name {
+			continue
+		}
+		v.Observers++
+		if !r.ObservedAt.After(since) {
+			continue // read before the node went NotReady: abstains
+		}
+		s, listed := r.session(n.Name)
+		if !listed {
+			continue
+		}
+		switch {
+		case s.Established() || s.BFD == BFDUp:
+			v.UpVotes++
+			counted[r.Reporter] = true
+			if veto == "" {
+				veto = fmt.Sprintf("%s reports its session with it %s (BFD %s) at %s", r.Reporter, s.State, orNone(s.BFD), stamp(r.ObservedAt))
+			}
+			if why := firstHandLife(s, r, since, opts); why != "" && life == "" {
+				life = why
+			}
+		default:
+			v.DownVotes++
+			counted[r.Reporter] = true
+			if s.BFD == BFDDown && !s.Since.IsZero() && !s.Since.After(r.ObservedAt) {
+				bfdDown = append(bfdDown, s.Since)
+			} else {
+				allBFD = false
+			}
+		}
+	}
+	clock := "rebound's own observation"
+	if noHistory {
+		clock = "the API's transition (no observation history)"
+	}
+	q := Quorum(v.Observers)
+	switch {
+	case life != "":
+		v.Verdict, v.Veto = CutOffFromAPI, veto
+		v.Reason = fmt.Sprintf("NotReady since %s (%s), but alive: %s", stamp(since), clock, life)
+	case veto != "":
+		v.Veto = veto
+		v.Reason = fmt.Sprintf("NotReady since %s (%s); not dead while a live observer has a session with it: %s", stamp(since), clock, veto)
+	case v.Observers > 0 && v.DownVotes >= q:
+		v.Verdict, v.DownSince = Dead, since
+		v.Reason = fmt.Sprintf("NotReady since %s (%s), and %d of %d fresh Ready observers report its sessions down (quorum %d), none up", stamp(since), clock, v.DownVotes, v.Observers, q)
+		if allBFD && q >= 2 && len(bfdDown) >= q {
+			// The quorum agrees on a time only as far as its q-th earliest
+			// member does: each says "down since t", so q of them agree
+			// on the q-th smallest t. A lone observer's time never moves
+			// a clock: no single report decides.
+			slices.SortFunc(bfdDown, func(a, b time.Time) int { return a.Compare(b) })
+			if t := bfdDown[q-1]; t.Before(since) {
+				v.DownSince = t
+				v.Reason += fmt.Sprintf("; their BFD lost it by %s, before the API noticed", stamp(t))
+			}
+		}
+	case v.Observers == 0:
+		v.Reason = fmt.Sprintf("NotReady since %s (%s); no fresh Ready observer reports on it, so the API alone speaks", stamp(since), clock)
+	default:
+		v.Reason = fmt.Sprintf("NotReady since %s (%s); %d of %d fresh Ready observers report its sessions down, short of the quorum of %d", stamp(since), clock, v.DownVotes, v.Observers, q)
+	}
+	return v
+}
+
+// firstHandLife says why an up session is proof of life on its own, or "":
+// BFD up; a session (re-)established after the node went NotReady; or one
+// Established through BIRD's hold time after it (a dead peer's session
+// ends within the hold time).
+func firstHandLife(s Session, r Report, since time.Time, opts Options) string {
+	switch {
+	case s.BFD == BFDUp:
+		return fmt.Sprintf("%s reports BFD Up with it at %s, after its NotReady transition at %s", r.Reporter, stamp(r.ObservedAt), stamp(since))
+	case s.Established() && s.Since.After(since) && !s.Since.After(r.ObservedAt.Add(opts.MaxClockSkew)):
+		return fmt.Sprintf("%s reports a BGP session Established with it since %s, after its NotReady transition at %s", r.Reporter, stamp(s.Since), stamp(since))
+	case s.Established() && r.ObservedAt.Sub(since) >= opts.HoldTime:
+		return fmt.Sprintf("%s reports a BGP session Established with it at %s, more than the %s hold time after its NotReady transition at %s", r.Reporter, stamp(r.ObservedAt), opts.HoldTime, stamp(since))
+	}
+	return ""
+}
+
+// session finds a listed session with peer.
+func (r Report) session(peer string) (Session, bool) {
+	for _, s := range r.Sessions {
+		if s.Peer == peer {
+			return s, true
+		}
+	}
+	return Session{}, false
+}
+
+// lostByMesh fills lost for the Ready nodes every working reporter has
+// lost. Compact reports list a session with a Ready peer only when it is
+// not Established, so a working reporter that does not list the node is
+// taken to have it Established: the node is lost only when every working
+// reporter lists it down, and at least one does.
+func lostByMesh(byName map[string]Node, observers []Report, lost map[string]string) {
+	for name, n := range byName {
+		if !n.Ready {
+			continue
+		}
+		working, by := 0, ""
+		for _, r := range observers {
+			if r.Reporter == name || !r.working() {
+				continue
+			}
+			s, listed := r.session(name)
+			if !listed || s.Established() || s.BFD == BFDUp {
+				working = -1
+				break
+			}
+			working++
+			if by == "" {
+				by = r.Reporter
+			}
+		}
+		if working > 0 {
+			lost[name] = fmt.Sprintf("all %d working peers (%s, ...) report their session with it down, though it is Ready in the API", working, by)
+		}
+	}
+}
+
+// working: the reporter has at least one live session, so its view of the
+// others means something (a BIRD cut off from everything knows nothing).
+func (r Report) working() bool {
+	if r.Established > 0 {
+		return true
+	}
+	for _, s := range r.Sessions {
+		if s.Established() || s.BFD == BFDUp {
+			return true
+		}
+	}
+	return false
+}
+
+func fresh(r Report, now time.Time, opts Options) bool {
+	if r.ObservedAt.IsZero() {
+		return false
+	}
+	age := now.Sub(r.ObservedAt)
+	return age <= opts.ReportMaxAge && age >= -opts.MaxClockSkew
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "not in use"
+	}
+	return s
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "an unknown time"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
