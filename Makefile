@@ -50,7 +50,7 @@ sandbox:
 UNIT_PKGS = ./api/... ./charts/... ./deploy/... ./cmd/... ./hack/... ./internal/... ./pkg/...
 
 unit:
-	$(GO) test -count=1 $(UNIT_PKGS)
+	$(GO) test -count=1 -timeout 30m $(UNIT_PKGS)
 
 # The e2e tests' output as `go test -v` prints it, then each failed test's
 # own messages again at the end (hack/testsummary): the tests run in
@@ -63,7 +63,7 @@ e2e: sandbox
 # Unit tests, then the e2e tests verbosely: their METRIC lines and
 # scenario timelines are the measurements.
 test: deps vet sandbox
-	$(GO) test -count=1 $(UNIT_PKGS)
+	$(GO) test -count=1 -timeout 30m $(UNIT_PKGS)
 	FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh ./api/... ./internal/... ./pkg/...
 	$(E2E)
 
