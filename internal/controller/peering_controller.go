@@ -114,6 +114,13 @@ const stoppedRecheck = 10 * time.Second
 // the state does not advance.
 func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", r.opts.Name)
+	res, err := r.pass(ctx, log)
+	return afterError(log, res, err)
+}
+
+// pass is one reconcile; its error goes through afterError, with the
+// result carrying the plan's next check wherever a plan was made.
+func (r *PeeringReconciler) pass(ctx context.Context, log logr.Logger) (ctrl.Result, error) {
 	now := r.opts.Clock.Now()
 
 	// Read-only views of the cache, not copies (see cache.go): at 1,000
@@ -170,11 +177,15 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 	peerSetStopped.WithLabelValues(r.opts.Name).Set(0)
 
 	var errs []error
+	out := ctrl.Result{}
+	if !res.NextCheck.IsZero() {
+		out.RequeueAfter = max(res.NextCheck.Sub(r.opts.Clock.Now()), 100*time.Millisecond)
+	}
 	if data, _ := json.Marshal(res.State); string(data) != r.savedJSON {
 		if err := savePeeringState(ctx, r.reader, r.client, r.opts.State, res.State, res.PeerNames()); err != nil {
 			// Do not publish what could not be recorded: the next run
 			// plans again from the old state.
-			return ctrl.Result{}, err
+			return out, err
 		}
 		r.savedJSON = string(data)
 	}
@@ -189,7 +200,7 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 		if err := r.publishPeerSet(ctx, log, res, now); err != nil {
 			// Agents read the document: without it, publishing labels
 			// would only confuse Calico and humans about what agents do.
-			return ctrl.Result{}, err
+			return out, err
 		}
 		errs = append(errs, r.publishLabels(ctx, log, list.Items, res)...)
 		if r.opts.Calico != nil {
@@ -199,10 +210,6 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 		}
 	}
 
-	out := ctrl.Result{}
-	if !res.NextCheck.IsZero() {
-		out.RequeueAfter = max(res.NextCheck.Sub(r.opts.Clock.Now()), 100*time.Millisecond)
-	}
 	return out, kerrors.NewAggregate(errs)
 }
 
@@ -287,7 +294,7 @@ func (r *PeeringReconciler) publishLabels(ctx context.Context, log logr.Logger, 
 func (r *PeeringReconciler) publishCalico(ctx context.Context, log logr.Logger) error {
 	gvk, err := calico.ServedBGPPeerAPI(r.client.RESTMapper())
 	if err != nil {
-		return fmt.Errorf("calico backend: install Calico's CRDs or drop the Calico option: %w", err)
+		return reconcile.TerminalError(fmt.Errorf("calico backend: install Calico's CRDs or drop the Calico option: %w", err))
 	}
 	want := calico.BGPPeerAs(gvk, *r.opts.Calico)
 	got := &unstructured.Unstructured{}
@@ -295,7 +302,7 @@ func (r *PeeringReconciler) publishCalico(ctx context.Context, log logr.Logger) 
 	err = r.reader.Get(ctx, client.ObjectKey{Name: want.GetName()}, got)
 	switch {
 	case meta.IsNoMatchError(err):
-		return fmt.Errorf("calico backend: the API server does not serve %s: install Calico's CRDs or drop the Calico option: %w", gvk, err)
+		return reconcile.TerminalError(fmt.Errorf("calico backend: the API server does not serve %s: install Calico's CRDs or drop the Calico option: %w", gvk, err))
 	case apierrors.IsNotFound(err):
 		if err := r.client.Create(ctx, want); err != nil {
 			return fmt.Errorf("calico backend: create BGPPeer %s: %w", want.GetName(), err)

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
@@ -297,4 +302,38 @@ func peeringEqualMaps(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestPeeringErrorsRequeueAtNextCheck: the peering reconciler shares the
+// recovery reconciler's error policy: a failed write is logged and the
+// pass comes back within retryAfterError (or at the plan's next check if
+// sooner), never through controller-runtime's growing backoff; a
+// configuration error (the Calico API not served) keeps the next check.
+func TestPeeringErrorsRequeueAtNextCheck(t *testing.T) {
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	base := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(
+		peeringTestNode("a", "10.0.0.1", true, peeringT0.Add(-time.Hour), nil),
+		peeringTestNode("b", "10.0.0.2", false, peeringT0.Add(-10*time.Second), nil),
+	).Build()
+	failing := interceptor.NewClient(base, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			return errors.New("apiserver unavailable")
+		},
+	})
+	clk := clocktesting.NewFakeClock(peeringT0)
+	r, _ := newPeeringForTest(base, clk)
+	r.client = failing
+	res, err := r.Reconcile(ctx, peeringKey)
+	if err != nil {
+		t.Fatalf("Reconcile returned %v: errors must requeue, not back off", err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > retryAfterError {
+		t.Errorf("RequeueAfter %v, want within %v", res.RequeueAfter, retryAfterError)
+	}
+
+	terminal := reconcile.TerminalError(errors.New("the Calico API is not served"))
+	got, err := afterError(ctrl.Log, ctrl.Result{RequeueAfter: time.Minute}, fmt.Errorf("pass: %w", terminal))
+	if err != nil || got.RequeueAfter != time.Minute {
+		t.Errorf("terminal error: result %v, error %v; want the next check kept and nothing returned", got, err)
+	}
 }

@@ -53,12 +53,6 @@ type RecoveryOptions struct {
 	Liveness func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]liveness.NodeVerdict
 }
 
-// retryAfterError bounds how long a pass that hit an error waits before the
-// next one. Errors requeue at the plan's next check (at most this long),
-// never through controller-runtime's exponential backoff, which grows to
-// 1000 s and would push a rescue far past its policy's deadline.
-const retryAfterError = 10 * time.Second
-
 // DefaultStopSwitch is the stop switch ConfigMap's default name (in the
 // controller's namespace); deploy/rbac grants get on this name only.
 const DefaultStopSwitch = "rebound-stop"
@@ -181,8 +175,7 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 	start := r.clock.Now()
 	snap, err := r.snapshot(ctx, start)
 	if err != nil {
-		log.Error(err, "snapshot failed; retrying", "after", retryAfterError)
-		return ctrl.Result{RequeueAfter: retryAfterError}, nil
+		return afterError(log, ctrl.Result{}, fmt.Errorf("snapshot: %w", err))
 	}
 	plan := rescue.PlanFor(snap)
 	planSeconds.Observe(r.clock.Since(start).Seconds())

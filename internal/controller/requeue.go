@@ -1,0 +1,37 @@
+package controller
+
+import (
+	"errors"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// retryAfterError bounds how long a pass that hit an error waits before the
+// next one.
+const retryAfterError = 10 * time.Second
+
+// afterError is both reconcilers' one error policy. An error is logged
+// here and never handed to controller-runtime: its exponential backoff
+// (up to 1000 s) would replace the plan's next check, and a rescue, a
+// prune or a re-add would miss its time. The pass comes back at the
+// earlier of the plan's next check (res) and retryAfterError. An error
+// marked reconcile.TerminalError is configuration that cannot work until
+// someone changes it (the Calico API not served, say): retrying it sooner
+// helps nobody, so it keeps the plan's next check alone.
+func afterError(log logr.Logger, res ctrl.Result, err error) (ctrl.Result, error) {
+	if err == nil {
+		return res, nil
+	}
+	if errors.Is(err, reconcile.TerminalError(nil)) {
+		log.Error(err, "configuration error: the rest of the pass was applied; fix it and the next pass picks it up", "nextCheck", res.RequeueAfter)
+		return res, nil
+	}
+	if res.RequeueAfter == 0 || res.RequeueAfter > retryAfterError {
+		res.RequeueAfter = retryAfterError
+	}
+	log.Error(err, "pass failed; retrying", "after", res.RequeueAfter)
+	return res, nil
+}
