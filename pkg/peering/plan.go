@@ -244,44 +244,47 @@ func (r Result) PeerSet(generation int64, now time.Time) PeerSet {
 
 // duplicateAddresses finds nodes that share a BGP address (a kubelet can
 // set its own address annotation, so this may be an attack as much as a
-// mistake). BIRD names a protocol after the address, so two peers with one
-// address make every agent's render invalid; instead the conflicting nodes
-// are left out, except the one already published with that address, if
-// exactly one was (an impostor cannot take a member's address from it).
-// The result maps each node left out to the message saying why.
+// mistake). A Ready claimant is never left out: a node that writes a
+// victim's address into its own annotation must not keep the victim out of
+// the mesh, and a session to that address reaches whichever machine holds
+// it, so the impostor gains nothing (agents render one peer per address;
+// see the agent's currentPeers). The claimant already published with the
+// address keeps it too. The NotReady claimants that are neither are left
+// out, so that a duplicate never adds a dead peer. The result maps each
+// node left out to the message saying why.
 func duplicateAddresses(nodes []Node, st State) map[string]string {
-	byAddr := map[netip.Addr][]string{}
+	byAddr := map[netip.Addr][]Node{}
 	for _, n := range nodes {
 		if n.Address.IsValid() {
-			byAddr[n.Address] = append(byAddr[n.Address], n.Name)
+			byAddr[n.Address] = append(byAddr[n.Address], n)
 		}
 	}
 	out := map[string]string{}
-	for addr, names := range byAddr {
-		if len(names) < 2 {
+	for addr, claimants := range byAddr {
+		if len(claimants) < 2 {
 			continue
 		}
 		var incumbents []string
-		for _, name := range names {
-			if prev := st.Nodes[name]; prev.InSet && prev.Address == addr {
-				incumbents = append(incumbents, name)
+		for _, n := range claimants {
+			if prev := st.Nodes[n.Name]; prev.InSet && prev.Address == addr {
+				incumbents = append(incumbents, n.Name)
 			}
 		}
-		for _, name := range names {
-			if len(incumbents) == 1 && incumbents[0] == name {
+		for _, n := range claimants {
+			if n.Ready || (len(incumbents) == 1 && incumbents[0] == n.Name) {
 				continue
 			}
-			others := make([]string, 0, len(names)-1)
-			for _, o := range names {
-				if o != name {
-					others = append(others, o)
+			others := make([]string, 0, len(claimants)-1)
+			for _, o := range claimants {
+				if o.Name != n.Name {
+					others = append(others, o.Name)
 				}
 			}
-			msg := fmt.Sprintf("BGP address %s is also claimed by %s: left out so that no agent's render breaks", addr, strings.Join(others, ", "))
+			msg := fmt.Sprintf("NotReady, and BGP address %s is also claimed by %s: left out so that a duplicate adds no dead peer", addr, strings.Join(others, ", "))
 			if len(incumbents) == 1 {
 				msg += fmt.Sprintf(" (%s was published with it first and keeps it)", incumbents[0])
 			}
-			out[name] = msg
+			out[n.Name] = msg
 		}
 	}
 	return out

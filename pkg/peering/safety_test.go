@@ -185,36 +185,44 @@ func TestPlanLiars(t *testing.T) {
 	}
 }
 
+// TestPlanDuplicateAddresses: a node that claims another's address can
+// keep nobody Ready out of the mesh; NotReady claimants that are not the
+// incumbent are left out; the document stays valid.
 func TestPlanDuplicateAddresses(t *testing.T) {
 	same := netip.MustParseAddr("10.0.0.9")
 	a, b, c := ready("a", 1, t0), ready("b", 2, t0), ready("c", 3, t0)
 	a.Address, b.Address = same, same
-	// Neither was published with it: both left out, the render stays valid.
+	// Both Ready: both stay (a session to the address reaches whoever
+	// holds it), the render stays valid.
 	res := Plan(Input{Nodes: []Node{a, b, c}}, t0)
-	if got := res.PeerNames(); len(got) != 1 || got[0] != "c" {
-		t.Fatalf("peers = %v, want only c", got)
-	}
-	if d := decisionOf(res, "a"); d.Reason != OutDuplicate || !strings.Contains(d.Message, "b") {
-		t.Errorf("a: %+v", d)
+	if got := res.PeerNames(); len(got) != 3 {
+		t.Fatalf("peers = %v, want a, b and c", got)
 	}
 	if err := res.PeerSet(1, t0).Validate(); err != nil {
 		t.Fatal(err)
 	}
-	// a was published with the address first: an impostor b cannot take
-	// it from a, and is left out alone.
-	st := State{Nodes: map[string]NodeState{"a": {InSet: true, Address: same}, "c": {InSet: true, Address: addr(3)}}}
+	// An impostor b published with the victim's address first cannot keep
+	// a Ready victim a out when it joins.
+	st := State{Nodes: map[string]NodeState{"b": {InSet: true, Address: same}, "c": {InSet: true, Address: addr(3)}}}
 	res = Plan(Input{Nodes: []Node{a, b, c}, State: st}, t0)
-	if got := res.PeerNames(); len(got) != 2 || got[0] != "a" || got[1] != "c" {
-		t.Fatalf("peers = %v, want a and c", got)
+	if d := decisionOf(res, "a"); !d.InSet {
+		t.Fatalf("Ready victim a kept out: %+v", d)
 	}
+	// A NotReady claimant that is not the incumbent is left out.
+	bn := notReady("b", 2, t0.Add(-time.Second))
+	bn.Address = same
+	st = State{Nodes: map[string]NodeState{"a": {InSet: true, Address: same}, "c": {InSet: true, Address: addr(3)}}}
+	res = Plan(Input{Nodes: []Node{a, bn, c}, State: st}, t0)
 	if d := decisionOf(res, "b"); d.Reason != OutDuplicate || !strings.Contains(d.Message, "a was published with it first") {
 		t.Errorf("b: %+v", d)
 	}
-	// A frozen set never keeps a conflicting member (it would break the
-	// render): all NotReady, a and b conflict.
-	an, bn, cn := notReady("a", 1, t0.Add(-time.Hour)), notReady("b", 2, t0.Add(-time.Hour)), notReady("c", 3, t0.Add(-time.Hour))
-	an.Address, bn.Address = same, same
-	res = Plan(Input{Nodes: []Node{an, bn, cn}, State: State{Nodes: map[string]NodeState{"a": {InSet: true}, "b": {InSet: true}, "c": {InSet: true}}}}, t0)
+	if d := decisionOf(res, "a"); !d.InSet {
+		t.Errorf("a: %+v", d)
+	}
+	// A frozen set never keeps a conflicting NotReady non-incumbent.
+	an, bn2, cn := notReady("a", 1, t0.Add(-time.Hour)), notReady("b", 2, t0.Add(-time.Hour)), notReady("c", 3, t0.Add(-time.Hour))
+	an.Address, bn2.Address = same, same
+	res = Plan(Input{Nodes: []Node{an, bn2, cn}, State: State{Nodes: map[string]NodeState{"a": {InSet: true}, "b": {InSet: true}, "c": {InSet: true}}}}, t0)
 	if !res.Frozen || len(res.Peers) != 1 {
 		t.Errorf("frozen with conflicting members: frozen %v peers %v", res.Frozen, res.PeerNames())
 	}
