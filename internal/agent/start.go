@@ -15,7 +15,8 @@ import (
 // restart recovery, up to `graceful restart wait`, 240 s) before it
 // announces and programs any route. So for BIRD's start (--once, and every
 // render while BIRD is not running or still in graceful-restart recovery)
-// the agent renders only the peers with evidence that they can answer now.
+// the agent renders only the peers with evidence that they can answer now,
+// and the members of a frozen set, of which nobody can tell.
 // Once BIRD's recovery is over, the whole published set is rendered again,
 // so a peer left out at start joins seconds later, as any peer that
 // becomes Ready does. docs/peering.md, "Starting nodes", proves that this
@@ -40,16 +41,22 @@ type StartPeer struct {
 	// LocalEstablished is this node's own BIRD having the session
 	// Established now: first-hand and current, it always counts.
 	LocalEstablished bool
+	// Frozen: the published set is frozen (a full disruption, or too many
+	// leaving without a quorum confirming them dead). Nobody can tell
+	// whether its NotReady members forward, so BIRD starts with them:
+	// leaving it out would end graceful-restart recovery without it and
+	// flush the routes through it, worse than upstream's wait.
+	Frozen bool
 }
 
 // StartPeers is the start rule: the peers BIRD should start with. A peer
 // is kept when
 //
-//	LocalEstablished || Alive || (Ready && !Unreachable)
+//	LocalEstablished || Alive || Frozen || (Ready && !Unreachable)
 //
-// and left out otherwise: NotReady peers without evidence of life (in
-// their grace period or kept by the set for any other reason), and Ready
-// peers every working mesh member has lost. The result is sorted by
+// and left out otherwise: NotReady peers without evidence of life in a set
+// that follows node health (in their grace period, or held by the leave
+// budget), and Ready peers every working mesh member has lost. The result is sorted by
 // address, like the set the agent renders.
 func StartPeers(peers []StartPeer) []bird.Peer {
 	out := make([]bird.Peer, 0, len(peers))
@@ -64,5 +71,5 @@ func StartPeers(peers []StartPeer) []bird.Peer {
 
 // StartKeeps is the start rule for one peer.
 func StartKeeps(p StartPeer) bool {
-	return p.LocalEstablished || p.Alive || (p.Ready && !p.Unreachable)
+	return p.LocalEstablished || p.Alive || p.Frozen || (p.Ready && !p.Unreachable)
 }

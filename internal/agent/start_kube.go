@@ -17,8 +17,9 @@ func (a *Agent) birdStarting(ctx context.Context) bool {
 // startView turns the published set into the start rule's input: the
 // controller publishes, per member, its Ready condition, the evidence
 // that a NotReady member is alive (Alive) and that a Ready member is lost
-// by the mesh (Lost), all computed from the agents' reports by
-// peering.AliveEvidence; this node's own BIRD adds what it sees first-hand.
+// by the mesh (Lost), from the liveness verdicts (pkg/liveness), and the
+// reason it keeps each (a frozen set); this node's own BIRD adds what it
+// sees first-hand.
 func (a *Agent) startView(ctx context.Context, doc *peering.PeerSet, peers []bird.Peer) []StartPeer {
 	local := map[string]bool{}
 	if protos, err := a.opts.Control.Protocols(ctx); err == nil {
@@ -39,7 +40,7 @@ func StartView(doc *peering.PeerSet, peers []bird.Peer, local map[string]bool) [
 	out := make([]StartPeer, 0, len(peers))
 	for _, p := range peers {
 		m := byName[p.Name]
-		out = append(out, StartPeer{Peer: p, Ready: m.Ready, Alive: m.Alive != "", Unreachable: m.Lost != "", LocalEstablished: local[p.Name]})
+		out = append(out, StartPeer{Peer: p, Ready: m.Ready, Alive: m.Alive != "", Unreachable: m.Lost != "", LocalEstablished: local[p.Name], Frozen: doc.Frozen})
 	}
 	return out
 }

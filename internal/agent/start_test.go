@@ -22,6 +22,7 @@ func TestStartKeeps(t *testing.T) {
 		{"NotReady with fresh alive evidence (control plane cut, still forwarding)", StartPeer{Alive: true}, true},
 		{"NotReady, alive, and reported unreachable by others", StartPeer{Alive: true, Unreachable: true}, true},
 		{"NotReady, this BIRD has it Established", StartPeer{LocalEstablished: true}, true},
+		{"NotReady in a frozen set, no evidence either way (full disruption)", StartPeer{Frozen: true}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,3 +98,21 @@ func TestLostByMesh(t *testing.T) {
 func nodeName(i int) string { return "node-" + string(rune('0'+i)) }
 
 func equalStrings(a, b []string) bool { return slices.Equal(a, b) }
+
+// TestStartViewFrozenMembers: every member of a frozen set is rendered at
+// BIRD's start; in a set that follows node health, a member in its grace
+// without evidence of life is not.
+func TestStartViewFrozenMembers(t *testing.T) {
+	doc := &peering.PeerSet{Frozen: true, FrozenReason: "full disruption", Peers: []peering.PublishedPeer{
+		{Name: "a", Reason: peering.InFrozen},
+		{Name: "b", Reason: peering.InGracePeriod},
+	}}
+	peers := []bird.Peer{{Name: "a", Address: netip.MustParseAddr("10.0.0.1")}, {Name: "b", Address: netip.MustParseAddr("10.0.0.2")}}
+	if got := peerNames(StartPeers(StartView(doc, peers, nil))); !equalStrings(got, []string{"a", "b"}) {
+		t.Errorf("frozen: start set %v, want a and b", got)
+	}
+	doc.Frozen, doc.FrozenReason = false, ""
+	if got := peerNames(StartPeers(StartView(doc, peers, nil))); len(got) != 0 {
+		t.Errorf("not frozen: start set %v, want none (no evidence of life)", got)
+	}
+}
