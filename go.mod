@@ -21,7 +21,10 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require k8s.io/component-helpers v0.37.2
+require (
+	k8s.io/component-helpers v0.37.2
+	k8s.io/kube-scheduler v0.37.2
+)
 
 require (
 	cloud.google.com/go/auth v0.24.1-0.20261001053825-dbc26066f70a // indirect
@@ -97,6 +100,7 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	google.golang.org/api v0.305.0 // indirect
+	k8s.io/dynamic-resource-allocation v0.37.2 // indirect
 	k8s.io/streaming v0.37.2 // indirect
 )
 

@@ -213,6 +213,8 @@ type candidate struct {
 	// maxConcurrent slot. A scale bounce of an already deleted pod
 	// continues one.
 	startsRescue bool
+	// obj is the stranded pod, whose replacement needs a target.
+	obj *corev1.Pod
 }
 
 // decideStranded decides about the stranded pod planner.critical[i]
@@ -303,6 +305,9 @@ func (p *planner) decideStateless(i int, pod *corev1.Pod, rule *policyRule, o ow
 			formatTime(requested), avail)
 		return
 	}
+	// Its replacement takes room on a Ready node, whether the snapshot
+	// shows it yet or not (target.go).
+	p.addInFlight(pod)
 	waiting := fmt.Sprintf("deleted at %s, waiting for the replacement: %s", formatTime(requested), avail)
 	bounceAt := requested.Add(p.defaults.ReplacementTimeout)
 	switch {
@@ -391,28 +396,18 @@ func (p *planner) decideStateful(i int, pod *corev1.Pod, node *nodeState, rule *
 	}
 }
 
-// propose turns an action into a candidate for the limits, or into a
-// Suspended decision. The reason gets the stranding summary so that an
-// Event on its own tells the whole story.
+// propose turns an action into a candidate for the limits. The reason
+// gets the stranding summary so that an Event on its own tells the whole
+// story. Whether a Ready node admits the replacement, and whether the
+// policy is suspended, is decided with the limits (applyLimits), in
+// priority order, because each admitted action reserves room on its
+// target node for the pods after it.
 func (p *planner) propose(i int, pod *corev1.Pod, rule *policyRule, starts bool, a Action, format string, args ...any) {
 	cp := &p.critical[i]
-	target := p.target(cp, pod)
-	if target == "" {
-		return
-	}
-	reason := fmt.Sprintf(format, args...) + "; " + strandedSummary(cp, rule.maxUnavailable, p.now) +
-		fmt.Sprintf("; Ready node %s admits the replacement", target)
-	if node := p.idx.notReady[cp.Node]; node != nil && node.alive != "" {
-		reason += fmt.Sprintf("; node %s appears alive but cut off from the API (%s): the old copy may run on until the node returns, beside its replacement",
-			cp.Node, node.alive)
-	}
-	if rule.suspended {
-		p.report(cp, DecisionSuspended, "policy %s is suspended, so no action; it would: %s", rule.name, reason)
-		return
-	}
+	reason := fmt.Sprintf(format, args...) + "; " + strandedSummary(cp, rule.maxUnavailable, p.now)
 	a.Policy, a.Namespace, a.Pod, a.Node, a.Reason = rule.name, cp.Namespace, cp.Name, cp.Node, reason
 	cp.Reason = reason
-	p.candidates = append(p.candidates, candidate{pod: i, rule: rule, act: a, startsRescue: starts})
+	p.candidates = append(p.candidates, candidate{pod: i, rule: rule, act: a, startsRescue: starts, obj: pod})
 }
 
 // deletionRequestedAt is when the pod's deletion was asked for: the

@@ -57,7 +57,9 @@ func countsInFlight(pod *corev1.Pod, w Workload, o owners) bool {
 }
 
 // applyLimits admits candidates in priority order until a policy's limits
-// are used up; the rest become RateLimited. Two candidates with the same
+// are used up; the rest become RateLimited. Each candidate first needs a
+// target (placeReplacement), in the same order, so that the pod first in
+// line gets the room. Two candidates with the same
 // action (two pods of one Deployment asking for its scale bounce) become one
 // action, and the second pod follows the first one's outcome.
 func (p *planner) applyLimits() {
@@ -105,20 +107,33 @@ func (p *planner) applyLimits() {
 		}
 		leaders[key] = ci
 
+		// The gates before the limits (target.go): a Ready node must
+		// admit the replacement, and its room is reserved for it. A pod
+		// left without an action gives the room back.
+		slot, placed := p.placeReplacement(c)
+		if !placed {
+			continue
+		}
 		switch {
+		case c.rule.suspended:
+			p.targets.unreserve(slot)
+			p.report(cp, DecisionSuspended, "policy %s is suspended, so no action; it would: %s", c.rule.name, c.act.Reason)
 		case c.startsRescue && b.inFlight >= c.rule.maxConcurrent:
 			// Only new input (a replacement becoming available) frees a
 			// slot, so no NextCheck.
+			p.targets.unreserve(slot)
 			p.report(cp, DecisionRateLimited, "maxConcurrent %d reached (%d rescues in flight); waiting for one to complete before: %s",
 				c.rule.maxConcurrent, b.inFlight, c.act.Reason)
 			c.rule.report.RateLimited++
 		case len(b.window) >= c.rule.maxPerMinute:
+			p.targets.unreserve(slot)
 			free := b.window[len(b.window)-c.rule.maxPerMinute].Add(time.Minute)
 			p.report(cp, DecisionRateLimited, "maxActionsPerMinute %d reached; next slot at %s, then: %s",
 				c.rule.maxPerMinute, formatTime(free), c.act.Reason)
 			c.rule.report.RateLimited++
 			p.wake(free)
 		case b.historyFull:
+			p.targets.unreserve(slot)
 			p.report(cp, DecisionRateLimited, "status.lastActions holds only its last %d records, all within the last minute, so older actions may count towards maxActionsPerMinute %d; next slot at %s, then: %s",
 				LastActionsCapacity, c.rule.maxPerMinute, formatTime(b.fullUntil), c.act.Reason)
 			c.rule.report.RateLimited++

@@ -80,9 +80,11 @@ type Snapshot struct {
 	// Usage, when set, is what the pods bound to each node request
 	// (NodeUsage, counted with PodUsage); a controller keeps it up to
 	// date from its pod events, so that a plan that looks for a target
-	// reads a thousand sums instead of every pod of every Ready node.
-	// Then Pods need only hold the NotReady nodes' pods. Nil: the planner
-	// sums Pods itself.
+	// reads a thousand sums instead of summing every pod of every Ready
+	// node. Pods must still hold the Ready nodes' pods for host ports and
+	// inter-pod affinity, and the Pending pods (target.go); a Ready node
+	// with fewer of its pods in Pods than Usage counts takes no pod with
+	// host ports or inter-pod terms. Nil: the planner sums Pods itself.
 	Usage map[string]NodeUsage
 	// LedgerSince is when the caller's ledger began (the controller's
 	// first pass as leader); zero for none. Once a minute has passed
