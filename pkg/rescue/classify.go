@@ -2,6 +2,7 @@ package rescue
 
 import (
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -120,11 +121,16 @@ func classifyReplicaSetPod(pod *corev1.Pod, ref *metav1.OwnerReference, idx *sna
 
 // exclusiveVolume describes the first volume that only one node may use at
 // a time: a PVC (or generic ephemeral volume) whose access modes include
-// ReadWriteOnce or ReadWriteOncePod. A PVC missing from the snapshot counts
-// as exclusive: when unsure, wait for fencing rather than risk two writers.
+// ReadWriteOnce or ReadWriteOncePod, or an inline volume that attaches to
+// one node at a time (ExclusiveInlineVolume). A PVC missing from the
+// snapshot counts as exclusive: when unsure, wait for fencing rather than
+// risk two writers.
 func exclusiveVolume(pod *corev1.Pod, idx *snapshotIndex) string {
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
+		if why := ExclusiveInlineVolume(v); why != "" {
+			return why
+		}
 		claim := claimName(pod, v)
 		if claim == "" {
 			continue
@@ -166,4 +172,75 @@ func (o owners) available() (bool, string) {
 	default:
 		return false, "owner availability unknown"
 	}
+}
+
+// ExclusiveInlineVolume describes an inline volume (not a PVC) that only
+// one node may use at a time, or returns "". Such a pod is treated like
+// one with a ReadWriteOnce PVC: it moves only off a fenced node. The
+// attach/detach controller refuses a second attachment only for a
+// ReadWriteOnce persistent volume, never for an inline one, so deleting
+// the pod of a node that is merely cut off would let its replacement
+// attach the same disk or LUN elsewhere while the old copy still writes.
+// The controller's pod cache keeps exactly the volumes this names.
+//
+// In, by the VolumeSource fields of the core API:
+//
+//   - gcePersistentDisk, iscsi, rbd, fc: exclusive unless mounted
+//     readOnly (the scheduler's VolumeRestrictions lets several pods
+//     share a GCE PD, an iSCSI target or an RBD image only when all mount
+//     it read-only; an FC LUN is the same kind of shared block device);
+//   - awsElasticBlockStore, cinder, azureDisk, vsphereVolume,
+//     photonPersistentDisk: a cloud disk attaches to one instance, read
+//     only or not (VolumeRestrictions allows no two pods one EBS volume);
+//   - portworxVolume, scaleIO, storageos, flocker: block volumes of
+//     storage systems whose inline form says nothing of sharing, so
+//     exclusive when unsure;
+//   - flexVolume: the driver decides, which rebound cannot see; exclusive
+//     unless readOnly.
+//
+// Out: emptyDir, hostPath (each node has its own), secret, configMap,
+// downwardAPI, projected, gitRepo (copies of API data), image (read-only
+// by definition), nfs, glusterfs, cephfs, quobyte, azureFile (shared file
+// systems, many nodes at once by design), csi (an inline ephemeral CSI
+// volume is provisioned for one pod on its node and dies with it: the
+// replacement gets its own, nothing is shared), and persistentVolumeClaim
+// and ephemeral, whose access modes decide (exclusiveVolume).
+func ExclusiveInlineVolume(v *corev1.Volume) string {
+	kind, readOnlyShares, readOnly := "", false, false
+	switch src := &v.VolumeSource; {
+	case src.GCEPersistentDisk != nil:
+		kind, readOnlyShares, readOnly = "gcePersistentDisk "+src.GCEPersistentDisk.PDName, true, src.GCEPersistentDisk.ReadOnly
+	case src.ISCSI != nil:
+		kind, readOnlyShares, readOnly = fmt.Sprintf("iscsi %s lun %d", src.ISCSI.IQN, src.ISCSI.Lun), true, src.ISCSI.ReadOnly
+	case src.RBD != nil:
+		kind, readOnlyShares, readOnly = "rbd "+src.RBD.RBDPool+"/"+src.RBD.RBDImage, true, src.RBD.ReadOnly
+	case src.FC != nil:
+		kind, readOnlyShares, readOnly = "fc", true, src.FC.ReadOnly
+	case src.FlexVolume != nil:
+		kind, readOnlyShares, readOnly = "flexVolume "+src.FlexVolume.Driver, true, src.FlexVolume.ReadOnly
+	case src.AWSElasticBlockStore != nil:
+		kind = "awsElasticBlockStore " + src.AWSElasticBlockStore.VolumeID
+	case src.Cinder != nil:
+		kind = "cinder " + src.Cinder.VolumeID
+	case src.AzureDisk != nil:
+		kind = "azureDisk " + src.AzureDisk.DiskName
+	case src.VsphereVolume != nil:
+		kind = "vsphereVolume " + src.VsphereVolume.VolumePath
+	case src.PhotonPersistentDisk != nil:
+		kind = "photonPersistentDisk " + src.PhotonPersistentDisk.PdID
+	case src.PortworxVolume != nil:
+		kind = "portworxVolume " + src.PortworxVolume.VolumeID
+	case src.ScaleIO != nil:
+		kind = "scaleIO " + src.ScaleIO.VolumeName
+	case src.StorageOS != nil:
+		kind = "storageos " + src.StorageOS.VolumeName
+	case src.Flocker != nil:
+		kind = "flocker " + src.Flocker.DatasetName + src.Flocker.DatasetUUID
+	default:
+		return ""
+	}
+	if readOnlyShares && readOnly {
+		return ""
+	}
+	return fmt.Sprintf("inline volume %s (%s) attaches to one node at a time, and nothing stops a second node from attaching an inline volume", v.Name, strings.TrimSpace(kind))
 }
