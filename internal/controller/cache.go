@@ -26,8 +26,13 @@ import (
 // pods of NotReady nodes, and predicates keep the churn of healthy objects
 // from starting passes.
 
-// podNodeIndex is the field index of cached pods by spec.nodeName.
-const podNodeIndex = "spec.nodeName"
+// podNodeIndex is the field index of cached pods by spec.nodeName; pods
+// not bound to a node yet are under unboundPods, so that a pass reads the
+// Pending pods without reading every pod.
+const (
+	podNodeIndex = "spec.nodeName"
+	unboundPods  = ""
+)
 
 // cacheByObject is the per-kind transform of every kind the controllers
 // cache. A ByObject transform replaces the default one, so each of them
@@ -56,15 +61,18 @@ func podTransform(parts *sharedParts) func(any) (any, error) {
 	}
 }
 
+// podNodeName is the podNodeIndex value of a pod: its node, or
+// unboundPods.
+func podNodeName(o client.Object) []string {
+	if p, ok := o.(*corev1.Pod); ok {
+		return []string{p.Spec.NodeName}
+	}
+	return nil
+}
+
 // indexPodsByNode registers the spec.nodeName index on cached pods.
 func indexPodsByNode(ctx context.Context, idx client.FieldIndexer) error {
-	err := idx.IndexField(ctx, &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
-		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := idx.IndexField(ctx, &corev1.Pod{}, podNodeIndex, podNodeName); err != nil {
 		return fmt.Errorf("index pods by node: %w", err)
 	}
 	return nil

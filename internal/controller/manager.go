@@ -23,6 +23,7 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/internal/metricsserving"
+	"rebound/pkg/rescue"
 )
 
 // Scheme knows the Kubernetes built-in types and rebound's API.
@@ -132,23 +133,22 @@ func trimPod(obj any) (any, error) {
 			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim}})
 		case v.Ephemeral != nil:
 			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{Ephemeral: v.Ephemeral}})
+		case rescue.ExclusiveInlineVolume(&v) != "":
+			// An inline disk or LUN makes the pod exclusive; rare, and
+			// small enough to keep whole.
+			volumes = append(volumes, v)
 		}
-	}
-	var affinity *corev1.Affinity
-	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-		affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution,
-		}}
 	}
 	pod.Spec = corev1.PodSpec{
 		NodeName:                      pod.Spec.NodeName,
 		NodeSelector:                  pod.Spec.NodeSelector,
-		Affinity:                      affinity,
+		Affinity:                      requiredAffinity(pod.Spec.Affinity),
 		Tolerations:                   pod.Spec.Tolerations,
 		Volumes:                       volumes,
 		PriorityClassName:             pod.Spec.PriorityClassName,
 		TerminationGracePeriodSeconds: pod.Spec.TerminationGracePeriodSeconds,
 		Containers:                    requestsOnly(pod),
+		SchedulingGates:               pod.Spec.SchedulingGates,
 	}
 	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: disruptionTargetOnly(pod.Status.Conditions)}
 	return pod, nil
@@ -157,15 +157,44 @@ func trimPod(obj any) (any, error) {
 // requestsOnly is one container that requests what the scheduler counts
 // for the whole pod (component-helpers' PodRequests: containers, init
 // containers and sidecars, overhead, pod-level resources), so that
-// PodRequests of the trimmed pod is the same; none when it requests
-// nothing. A container is the biggest part of a cached pod, and at 20,000
-// pods every byte of it counts.
+// PodRequests of the trimmed pod is the same, and that takes the pod's
+// host ports (rescue.HostPorts: containers and sidecars); none when it
+// requests nothing and takes no host port. A container is the biggest
+// part of a cached pod, and at 20,000 pods every byte of it counts.
 func requestsOnly(pod *corev1.Pod) []corev1.Container {
 	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	if len(req) == 0 {
+	ports := rescue.HostPorts(pod)
+	if len(req) == 0 && len(ports) == 0 {
 		return nil
 	}
-	return []corev1.Container{{Name: "requests", Resources: corev1.ResourceRequirements{Requests: req}}}
+	c := corev1.Container{Name: "requests", Ports: ports}
+	if len(req) > 0 {
+		c.Resources.Requests = req
+	}
+	return []corev1.Container{c}
+}
+
+// requiredAffinity keeps the required terms the target check reads: node
+// affinity, and inter-pod affinity and anti-affinity (kube-scheduler's
+// filters); the preferred ones only score nodes.
+func requiredAffinity(a *corev1.Affinity) *corev1.Affinity {
+	if a == nil {
+		return nil
+	}
+	var out corev1.Affinity
+	if a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		out.NodeAffinity = &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution}
+	}
+	if a.PodAffinity != nil && len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+		out.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution}
+	}
+	if a.PodAntiAffinity != nil && len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+		out.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution}
+	}
+	if out == (corev1.Affinity{}) {
+		return nil
+	}
+	return &out
 }
 
 // disruptionTargetOnly keeps the one pod condition the planner reads:

@@ -17,11 +17,13 @@ import (
 
 // snapshot reads what PlanFor needs from the caches, read-only: cached
 // objects are shared, not copied (UnsafeDisableDeepCopy), and PlanFor
-// never writes to its input. Of the pods it reads only those bound to
-// NotReady nodes, through the node-name index: PlanFor examines no other,
-// so a pass costs the NotReady nodes' pods, not the cluster's; what the
-// Ready nodes' pods request, which decides whether a replacement can run
-// anywhere, comes from the usage index (usage.go).
+// never writes to its input. Of the pods it lists only those bound to
+// NotReady nodes and the Pending ones, through the node-name index:
+// PlanFor examines no other, so a pass copies the NotReady nodes' pods,
+// not the cluster's; what the Ready nodes' pods request, which decides
+// whether a replacement can run anywhere, comes from the usage index
+// (usage.go), with pointers to those pods for host ports and inter-pod
+// affinity.
 //
 // Policies are the exception: their status is patched from them, so they
 // are deep copies.
@@ -50,11 +52,25 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 	incident := slices.ContainsFunc(s.Nodes, func(n *corev1.Node) bool { return !kubestatus.NodeReady(n) })
 	// What the Ready nodes' pods request, during an incident only: the
 	// target check (pkg/rescue target.go) needs it to tell whether a
-	// replacement fits. The usage index keeps it per node from pod events;
-	// until it has seen every pod, the pods themselves are read.
+	// replacement fits. The usage index keeps it per node from pod events,
+	// with the pods themselves (pointers to the cached objects) for host
+	// ports and inter-pod affinity; until it has seen every pod, the pods
+	// are read node by node.
 	usage := incident && r.usage != nil && r.usage.synced()
 	if usage {
-		s.Usage = r.usage.forNodes(s.Nodes)
+		ready := make(map[string]bool, len(s.Nodes))
+		for _, n := range s.Nodes {
+			ready[n.Name] = kubestatus.NodeReady(n)
+		}
+		s.Usage, s.Pods = r.usage.forNodesWithPods(s.Nodes, func(node string) bool { return ready[node] })
+	}
+	if incident {
+		// The Pending pods take room on some Ready node too.
+		var pending corev1.PodList
+		if err := r.client.List(ctx, &pending, client.MatchingFields{podNodeIndex: unboundPods}, client.UnsafeDisableDeepCopy); err != nil {
+			return s, fmt.Errorf("list Pending pods: %w", err)
+		}
+		s.Pods = append(s.Pods, pointers(pending.Items)...)
 	}
 	for _, n := range s.Nodes {
 		if !incident {

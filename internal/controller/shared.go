@@ -130,8 +130,8 @@ func (s *sharedParts) tolerationsKey(ts []corev1.Toleration) string {
 	return s.key.String()
 }
 
-// requestsKey spells the container trimPod keeps (requestsOnly): its name
-// and requests, the only fields it sets.
+// requestsKey spells the container trimPod keeps (requestsOnly): its
+// name, requests and host ports, the only fields it sets.
 func (s *sharedParts) requestsKey(cs []corev1.Container) string {
 	s.begin("c")
 	for i := range cs {
@@ -141,6 +141,14 @@ func (s *sharedParts) requestsKey(cs []corev1.Container) string {
 			q := c.Resources.Requests[n]
 			s.field(string(n))
 			s.field(q.String())
+		}
+		for _, p := range c.Ports {
+			s.field("port")
+			s.field(p.Name)
+			s.field(p.HostIP)
+			s.field(string(p.Protocol))
+			s.field(strconv.Itoa(int(p.HostPort)))
+			s.field(strconv.Itoa(int(p.ContainerPort)))
 		}
 	}
 	return s.key.String()

@@ -18,6 +18,11 @@ import (
 // of every cached pod (rebound-bench scale at 1,000 nodes); reading 1,000
 // sums costs neither. What one pod counts for is rescue.PodUsage, the rule
 // the planner applies when it sums pods itself.
+//
+// It also keeps a pointer to each counted pod (the cached object, never
+// written): the target check reads the Ready nodes' pods for host ports
+// and inter-pod (anti-)affinity (pkg/rescue target.go). A pointer per pod
+// is all it costs, and handing them to a pass copies no pod.
 type usageIndex struct {
 	mu     sync.Mutex
 	byPod  map[types.UID]countedPod
@@ -29,6 +34,7 @@ type usageIndex struct {
 type countedPod struct {
 	node     string
 	requests corev1.ResourceList
+	pod      *corev1.Pod
 }
 
 // informer is the part of a controller-runtime informer the index uses.
@@ -79,7 +85,7 @@ func (u *usageIndex) set(obj any) {
 	n := u.byNode[node]
 	n.Add(req)
 	u.byNode[node] = n
-	u.byPod[p.UID] = countedPod{node: node, requests: req}
+	u.byPod[p.UID] = countedPod{node: node, requests: req, pod: p}
 }
 
 // uncount takes back what a pod was counted with; u.mu is held.
@@ -102,6 +108,25 @@ func (u *usageIndex) uncount(uid types.UID) {
 func (u *usageIndex) forNodes(nodes []*corev1.Node) map[string]rescue.NodeUsage {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	return u.forNodesLocked(nodes)
+}
+
+// forNodesWithPods is forNodes, and the counted pods bound to the nodes
+// for which podsOn is true, read at the same moment so that the sums and
+// the pods agree.
+func (u *usageIndex) forNodesWithPods(nodes []*corev1.Node, podsOn func(node string) bool) (map[string]rescue.NodeUsage, []*corev1.Pod) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	pods := make([]*corev1.Pod, 0, len(u.byPod))
+	for _, c := range u.byPod {
+		if podsOn(c.node) {
+			pods = append(pods, c.pod)
+		}
+	}
+	return u.forNodesLocked(nodes), pods
+}
+
+func (u *usageIndex) forNodesLocked(nodes []*corev1.Node) map[string]rescue.NodeUsage {
 	out := make(map[string]rescue.NodeUsage, len(nodes))
 	for _, n := range nodes {
 		c, ok := u.byNode[n.Name]
