@@ -159,6 +159,7 @@ func Explain(s rescue.Snapshot, x Extra) Report {
 		Zones:        []Zone{},
 		CriticalPods: []CriticalPod{},
 		Workloads:    []Workload{},
+		Liveness:     e.liveness(),
 		Policies:     []Policy{},
 		Warnings:     []string{},
 	}
@@ -484,6 +485,20 @@ func short(d time.Duration) string {
 		d = 0
 	}
 	return d.Round(time.Second).String()
+}
+
+// liveness lists the verdicts on the NotReady nodes, by name.
+func (e *explainer) liveness() []NodeLiveness {
+	out := []NodeLiveness{}
+	for name, v := range e.s.Verdicts {
+		if v.Verdict == liveness.Alive {
+			continue
+		}
+		out = append(out, NodeLiveness{Node: name, Verdict: string(v.Verdict), Since: v.Since.UTC(), Veto: v.Veto,
+			Observers: v.Observers, DownVotes: v.DownVotes, UpVotes: v.UpVotes, Reason: v.Reason})
+	}
+	slices.SortFunc(out, func(a, b NodeLiveness) int { return strings.Compare(a.Node, b.Node) })
+	return out
 }
 
 // nodeAlive is the evidence of a CutOffFromAPI verdict, "" otherwise.

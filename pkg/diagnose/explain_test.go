@@ -564,3 +564,24 @@ func findingsText(r Report) string {
 	}
 	return b.String()
 }
+
+// TestExplainLiveness: the verdict on each NotReady node is in the report
+// and its text, and Ready nodes are not listed.
+func TestExplainLiveness(t *testing.T) {
+	w := s1(at(45 * time.Second))
+	w.s.Verdicts = map[string]liveness.NodeVerdict{
+		"node-0": {Verdict: liveness.Alive},
+		"node-3": {Verdict: liveness.Unknown, Since: w.s.Now.Add(-45 * time.Second), Observers: 2, DownVotes: 1, Reason: "1 of 2 fresh Ready observers report its sessions down, short of the quorum of 2"},
+	}
+	r := Explain(w.s, w.x)
+	if len(r.Liveness) != 1 || r.Liveness[0].Node != "node-3" || r.Liveness[0].Verdict != "Unknown" {
+		t.Fatalf("liveness = %+v, want node-3 Unknown only", r.Liveness)
+	}
+	var buf bytes.Buffer
+	if err := WriteText(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "node-3: Unknown, NotReady since") || !strings.Contains(buf.String(), "short of the quorum of 2") {
+		t.Errorf("text lacks the verdict:\n%s", buf.String())
+	}
+}

@@ -65,12 +65,31 @@ type Report struct {
 	// Workloads lists the Deployments, StatefulSets and DaemonSets whose
 	// status is not Available.
 	Workloads []Workload `json:"workloads"`
-	BGP       BGP        `json:"bgp"`
+	// Liveness is pkg/liveness's verdict on each NotReady node (the one
+	// model the controller's planners read), sorted by node. diagnose has
+	// no observation history, so its clocks are the API's transitions.
+	Liveness []NodeLiveness `json:"liveness"`
+	BGP      BGP            `json:"bgp"`
 	// Policies are the RecoveryPolicies the plan used.
 	Policies []Policy `json:"policies"`
 	// Warnings are problems with the input itself (an invalid policy, the
 	// CRD missing, a bad zone configuration).
 	Warnings []string `json:"warnings"`
+}
+
+// NodeLiveness is one NotReady node's verdict with its evidence.
+type NodeLiveness struct {
+	Node string `json:"node"`
+	// Verdict is CutOffFromAPI, Dead or Unknown.
+	Verdict string    `json:"verdict"`
+	Since   time.Time `json:"since"`
+	// Veto names the live observer whose session keeps the node in the
+	// mesh, if any.
+	Veto      string `json:"veto,omitempty"`
+	Observers int    `json:"observers"`
+	DownVotes int    `json:"downVotes"`
+	UpVotes   int    `json:"upVotes"`
+	Reason    string `json:"reason"`
 }
 
 // Finding is one problem, in words, with where to look.

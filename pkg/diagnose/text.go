@@ -82,6 +82,14 @@ func WriteText(w io.Writer, r Report) error {
 		}
 	}
 
+	if len(r.Liveness) > 0 {
+		p.section("Liveness of the NotReady nodes (clocks from the API's transitions)")
+		for _, l := range r.Liveness {
+			p.linef("  %s: %s, NotReady since %s; %d observer(s), %d down, %d up", l.Node, l.Verdict, clock(l.Since, r.Time), l.Observers, l.DownVotes, l.UpVotes)
+			p.wrapped("    ", l.Reason)
+		}
+	}
+
 	p.section("Workloads not Available")
 	if len(r.Workloads) == 0 {
 		p.line("  none")
