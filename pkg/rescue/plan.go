@@ -27,8 +27,11 @@
 //	                                                                      NotReady node's maxUnavailableTime clock restarts
 //	                                                                      (Plan.Disruption), as kube-controller-manager's does
 //	(*) no Ready, schedulable node admits the pod      NoTarget           none; reason lists each node's rejection (cordoned,
-//	    (target.go: taints, nodeSelector/affinity,                        taint, affinity, resources, NotReady); re-planned when
-//	    requests vs allocatable minus requested)                          a node changes (the controller watches nodes)
+//	    (target.go: taints, nodeSelector/affinity,                        taint, affinity, host port, resources, pod
+//	    host ports, requests vs allocatable minus                         (anti-)affinity, NotReady), naming the reservation
+//	    requested, pod (anti-)affinity; minus what                        in the way; re-planned when a node changes (the
+//	    this pass's replacements, Pending pods and                        controller watches nodes) and every 15 s
+//	    unseen replacements reserve)
 //	stranded ReplicaSet/Deployment pod                 Act                Delete (graceful, UID precondition); on a node that
 //	                                                                      Snapshot.Verdicts says is CutOffFromAPI, the reason
 //	                                                                      old copy may still run until the node returns
