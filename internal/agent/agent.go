@@ -478,6 +478,7 @@ func (a *Agent) poll(ctx context.Context) {
 		a.log.Debug("BIRD partly unreadable", "error", err)
 	}
 	view := viewOf(ss, nil)
+	view.unexpected = unexpectedPeers(doc)
 	if report.Error != "" {
 		view = &sessionView{err: report.Error}
 	}

@@ -119,6 +119,25 @@ func withBFD(ss []peering.Session, peers []bird.Peer, bfd []bird.BFDSession) {
 type sessionView struct {
 	err    string            // BIRD could not be read
 	states map[string]string // peer in the set -> BGP state
+	// unexpected are the members the set keeps while NotReady without
+	// evidence of life (their grace, the leave budget): readiness does
+	// not wait for them, as BIRD's start does not.
+	unexpected map[string]bool
+}
+
+// unexpectedPeers lists the members of doc that no one expects to answer:
+// NotReady and without published evidence of life.
+func unexpectedPeers(doc *peering.PeerSet) map[string]bool {
+	out := map[string]bool{}
+	if doc == nil {
+		return out
+	}
+	for _, p := range doc.Peers {
+		if !p.Ready && p.Alive == "" {
+			out[p.Name] = true
+		}
+	}
+	return out
 }
 
 func viewOf(ss []peering.Session, err error) *sessionView {
@@ -147,8 +166,10 @@ type Readiness struct {
 //     peers it stopped waiting for;
 //   - otherwise: not ready, naming the peers it waits for.
 //
-// Only peers in the set count: a dead node the controller left out never
-// holds a node back (the readiness confusion of seed 003).
+// Only peers in the set that are expected to answer count: a dead node the
+// controller left out, or keeps while NotReady without evidence of life
+// (its grace, the leave budget), never holds a node back (the readiness
+// confusion of seed 003).
 func readiness(view *sessionView, up, readyAfter time.Duration) Readiness {
 	if view == nil {
 		return Readiness{Reason: "BIRD's sessions have not been read yet"}
@@ -158,17 +179,22 @@ func readiness(view *sessionView, up, readyAfter time.Duration) Readiness {
 	}
 	var waiting []string
 	for peer, state := range view.states {
-		if state != peering.StateEstablished {
+		if state != peering.StateEstablished && !view.unexpected[peer] {
 			waiting = append(waiting, peer+" ("+state+")")
 		}
 	}
 	slices.Sort(waiting)
-	n := len(view.states)
+	n := 0
+	for peer := range view.states {
+		if !view.unexpected[peer] {
+			n++
+		}
+	}
 	switch {
 	case len(waiting) == 0 && n == 0:
 		return Readiness{Ready: true, Reason: "no other node in the peer set"}
 	case len(waiting) == 0:
-		return Readiness{Ready: true, Reason: fmt.Sprintf("all %d peers in the set Established", n)}
+		return Readiness{Ready: true, Reason: fmt.Sprintf("all %d peers in the set expected to answer Established", n)}
 	case up >= readyAfter:
 		return Readiness{Ready: true, Reason: fmt.Sprintf("up for %s (ready-after %s): not waiting any longer for %s", up.Round(time.Second), readyAfter, strings.Join(waiting, ", "))}
 	}

@@ -55,6 +55,7 @@ func TestReadiness(t *testing.T) {
 		{"all in-set peers established", rep(map[string]string{"node-b": "Established", "node-c": "Established"}), 0, true, "all 2 peers"},
 		{"an in-set peer down", rep(map[string]string{"node-b": "Established", "node-c": "Active"}), time.Minute, false, "node-c (Active)"},
 		{"an in-set peer down, up long enough", rep(map[string]string{"node-c": "Active"}), after, true, "not waiting any longer for node-c"},
+		{"a NotReady member without evidence of life does not hold it back", &sessionView{states: map[string]string{"node-b": "Established", "node-c": "Active"}, unexpected: map[string]bool{"node-c": true}}, 0, true, "all 1 peers"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

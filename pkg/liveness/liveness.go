@@ -78,7 +78,9 @@ type Input struct {
 	Options   Options
 }
 
-// NodeVerdict is one node's verdict with its evidence.
+// NodeVerdict is one node's verdict with its evidence. Its texts name no
+// report's read time, so that a verdict published in the peer set does
+// not change with every report refresh.
 type NodeVerdict struct {
 	Verdict Verdict `json:"verdict"`
 	// Since is when the node entered its current Ready state on rebound's
@@ -210,7 +212,7 @@ func judge(n Node, since time.Time, observers []Report, opts Options, noHistory 
 			v.UpVotes++
 			counted[r.Reporter] = true
 			if veto == "" {
-				veto = fmt.Sprintf("%s reports its session with it %s (BFD %s) at %s", r.Reporter, s.State, orNone(s.BFD), stamp(r.ObservedAt))
+				veto = fmt.Sprintf("%s reports its session with it %s (BFD %s)", r.Reporter, s.State, orNone(s.BFD))
 			}
 			if why := firstHandLife(s, r, since, opts); why != "" && life == "" {
 				life = why
@@ -266,11 +268,11 @@ func judge(n Node, since time.Time, observers []Report, opts Options, noHistory 
 func firstHandLife(s Session, r Report, since time.Time, opts Options) string {
 	switch {
 	case s.BFD == BFDUp:
-		return fmt.Sprintf("%s reports BFD Up with it at %s, after its NotReady transition at %s", r.Reporter, stamp(r.ObservedAt), stamp(since))
+		return fmt.Sprintf("%s reports BFD Up with it after its NotReady transition at %s", r.Reporter, stamp(since))
 	case s.Established() && s.Since.After(since) && !s.Since.After(r.ObservedAt.Add(opts.MaxClockSkew)):
 		return fmt.Sprintf("%s reports a BGP session Established with it since %s, after its NotReady transition at %s", r.Reporter, stamp(s.Since), stamp(since))
 	case s.Established() && r.ObservedAt.Sub(since) >= opts.HoldTime:
-		return fmt.Sprintf("%s reports a BGP session Established with it at %s, more than the %s hold time after its NotReady transition at %s", r.Reporter, stamp(r.ObservedAt), opts.HoldTime, stamp(since))
+		return fmt.Sprintf("%s reports a BGP session Established with it more than the %s hold time after its NotReady transition at %s", r.Reporter, opts.HoldTime, stamp(since))
 	}
 	return ""
 }

@@ -49,19 +49,31 @@ func leaveBudget(cfg Config, inc *Incident) int {
 	return int(cfg.MaxLeaveShare * float64(len(inc.Members)))
 }
 
-// spendLeaveBudget holds back the leaves the incident's budget does not
-// cover, in place, and records the ones it does. Quorum-confirmed deaths go
-// first, then the longest NotReady, then by name, so that the budget goes
-// where the evidence is strongest.
+// spendLeaveBudget holds back, in place, the leaves the incident's budget
+// does not cover, and records the ones it does. The budget bounds how many
+// of the incident's members are out of the set for being NotReady at once,
+// whatever the steps: a member that returns gives its share back, so a
+// partition healing node by node lets the last dead nodes go. Quorum-
+// confirmed deaths go first, then the longest NotReady, then by name, so
+// that the budget goes where the evidence is strongest.
 func spendLeaveBudget(cfg Config, nodes []Node, st State, lv liveness.Assessment, inc *Incident, decisions []decision) {
 	if inc == nil {
 		return
 	}
+	member := make(map[string]bool, len(inc.Members))
+	for _, m := range inc.Members {
+		member[m] = true
+	}
 	var leaving []int
+	out := 0
 	for i, n := range nodes {
 		prev, known := st.Nodes[n.Name]
-		if known && prev.InSet && decisions[i].reason == OutNotReady {
+		switch {
+		case decisions[i].reason != OutNotReady:
+		case known && prev.InSet:
 			leaving = append(leaving, i)
+		case member[n.Name]:
+			out++ // out already, and staying out while NotReady
 		}
 	}
 	slices.SortFunc(leaving, func(a, b int) int {
@@ -77,14 +89,19 @@ func spendLeaveBudget(cfg Config, nodes []Node, st State, lv liveness.Assessment
 	})
 	budget := leaveBudget(cfg, inc)
 	for _, i := range leaving {
-		if len(inc.Leaves) < budget {
+		if out < budget || !member[nodes[i].Name] {
+			// A node that joined during the incident was never counted
+			// in its members, so its leave does not shrink them.
+			if member[nodes[i].Name] {
+				out++
+			}
 			inc.Leaves = append(inc.Leaves, nodes[i].Name)
 			continue
 		}
 		d := decisions[i]
 		decisions[i] = decision{inSet: true, reason: InBudget, message: fmt.Sprintf(
-			"would leave (%s), but %d of the %d members this incident began with (since %s) have left already, the most the %g share allows: the rest stay in the mesh until every node is Ready again or an operator deletes the dead ones",
-			d.message, len(inc.Leaves), len(inc.Members), stamp(inc.Since), cfg.MaxLeaveShare)}
+			"would leave (%s), but %d of the %d members this incident began with (since %s) are out already, the most the %g share allows: it stays in the mesh until one of them returns, every node is Ready again, or an operator deletes the dead ones",
+			d.message, out, len(inc.Members), stamp(inc.Since), cfg.MaxLeaveShare)}
 	}
 }
 

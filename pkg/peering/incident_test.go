@@ -154,3 +154,27 @@ func TestPlanSkewedKubeletClock(t *testing.T) {
 		st = res.State
 	}
 }
+
+// TestPlanBudgetReturnsWithTheNode: of three nodes two die; the budget
+// lets one leave and holds the other; when the first returns, its share
+// comes back and the other leaves (seed 003's cluster: one of two dead
+// ingress nodes returns).
+func TestPlanBudgetReturnsWithTheNode(t *testing.T) {
+	cfg := Config{PruneGracePeriod: 3 * time.Second}
+	a, b, c := ready("a", 1, t0.Add(-time.Hour)), notReady("b", 2, t0), notReady("c", 3, t0)
+	st := State{Nodes: members("a", "b", "c")}
+	// a's report confirms both down (else two of three leaving at once
+	// would freeze the set).
+	down := func(at time.Time) []Report {
+		return []Report{{Reporter: "a", ObservedAt: at, Sessions: []Session{{Peer: "b", State: "Active"}, {Peer: "c", State: "Active"}}}}
+	}
+	res := Plan(Input{Nodes: []Node{a, b, c}, Reports: down(t0.Add(4 * time.Second)), State: st, Config: cfg}, t0.Add(5*time.Second))
+	if got := res.PeerNames(); len(got) != 2 || decisionOf(res, "c").Reason != InBudget {
+		t.Fatalf("peers %v, c %+v: want one of b and c out, c held by the budget", got, decisionOf(res, "c"))
+	}
+	b = ready("b", 2, t0.Add(10*time.Second))
+	res = Plan(Input{Nodes: []Node{a, b, c}, Reports: down(t0.Add(10 * time.Second)), State: res.State, Config: cfg}, t0.Add(11*time.Second))
+	if got := res.PeerNames(); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Fatalf("b back: peers %v, want a and b (c's turn to leave): %+v", got, decisionOf(res, "c"))
+	}
+}

@@ -173,8 +173,8 @@ type Incident struct {
 	// not know (a planner without state starts from the full mesh,
 	// upstream's set).
 	Members []string `json:"members"`
-	// Leaves lists the members removed for being NotReady since, once per
-	// removal.
+	// Leaves lists the nodes removed for being NotReady since, once per
+	// removal (a record for people; the budget counts who is out now).
 	Leaves []string `json:"leaves,omitempty"`
 }
 
