@@ -2,11 +2,16 @@ package peering
 
 // What the controller writes on Node objects, and the node annotations it
 // reads. The set itself travels as one document (peerset.go); the agents'
-// reports as PeeringReport objects (report.go). No agent writes Nodes.
+// reports as PeeringReport objects (report.go). The only agent that writes
+// a Node is the Calico backend's rejoin agent, and only its own Node's
+// LabelInSet from "false" to "true" while it is Ready (internal/agent
+// rejoin.go; an admission policy allows nothing else).
 const (
 	// LabelInSet mirrors the peer set on the nodes: the controller sets it
 	// to "true" on every node in the set and to "false" on every other
-	// node it manages. Calico's BGPPeer selects its peers with it, and
+	// node it manages; a node without it counts as in the set (Calico's
+	// BGPPeer selects every node not labelled "false", so that the mesh
+	// fails open). Calico's BGPPeer selects its peers with it, and
 	// `kubectl get nodes -L peering.rebound.dev/in-set` shows the set.
 	// Agents do not read it: they watch the published document.
 	LabelInSet = "peering.rebound.dev/in-set"

@@ -1,9 +1,10 @@
 // Package calico is the Calico backend of the peer set: the objects that
 // make calico-node's BIRD peer only with the nodes in rebound's set.
 //
-// The set itself is the node label peering.rebound.dev/in-set=true, which
-// the controller maintains. One Calico BGPPeer selects the nodes in the set
-// on both ends (spec.nodeSelector and spec.peerSelector), so the mesh is a
+// The set itself is the node label peering.rebound.dev/in-set, which the
+// controller maintains ("false" for the nodes left out; nodes without the
+// label count as in). One Calico BGPPeer selects the nodes in the set on
+// both ends (spec.nodeSelector and spec.peerSelector), so the mesh is a
 // full mesh among the set; with Calico's node-to-node mesh switched off
 // (BGPConfiguration spec.nodeToNodeMeshEnabled: false) a node that leaves
 // the set drops out of every other node's BIRD configuration, and a BIRD
@@ -48,8 +49,15 @@ const DefaultPeerName = "rebound-peer-set"
 // reads.
 const DefaultBGPConfigurationName = "default"
 
-// InSetSelector is the Calico selector of the nodes in the set.
-var InSetSelector = fmt.Sprintf("%s == 'true'", peering.LabelInSet)
+// InSetSelector is the Calico selector of the nodes in the set. It fails
+// open: it selects every node that is not labelled "false", so a node
+// without rebound's label (a node that joined while the controller was
+// down, or every node once the labels are removed) is in the mesh, as it
+// is in Calico's own node-to-node mesh. Only the controller's explicit
+// "false" (NotReady past the prune grace, no BGP address) takes a node
+// out. Calico's `k != 'v'` matches a node without k as well (libcalico-go's
+// selector parser; Selects follows it), so no `!has(k) ||` is needed.
+var InSetSelector = fmt.Sprintf("%s != 'false'", peering.LabelInSet)
 
 // LabelManagedBy marks the objects rebound created.
 const LabelManagedBy = "app.kubernetes.io/managed-by"
@@ -79,7 +87,7 @@ func (o PeerOptions) Validate() error {
 }
 
 // BGPPeer returns the BGPPeer that meshes the nodes of the set with each
-// other: nodeSelector and peerSelector both select LabelInSet=true.
+// other: nodeSelector and peerSelector are both InSetSelector.
 func BGPPeer(o PeerOptions) *unstructured.Unstructured {
 	name := o.Name
 	if name == "" {

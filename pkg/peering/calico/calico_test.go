@@ -12,7 +12,7 @@ func TestBGPPeerSelectsTheSetOnBothEnds(t *testing.T) {
 		t.Fatalf("object = %s %s %s", p.GetAPIVersion(), p.GetKind(), p.GetName())
 	}
 	spec := p.Object["spec"].(map[string]any)
-	want := "peering.rebound.dev/in-set == 'true'"
+	want := "peering.rebound.dev/in-set != 'false'"
 	if spec["nodeSelector"] != want || spec["peerSelector"] != want || spec["maxRestartTime"] != "90s" {
 		t.Errorf("spec = %v", spec)
 	}
