@@ -89,11 +89,11 @@ func TestDeployManifestsServerSideApply(t *testing.T) {
 	c := startSandbox(t, 1, sandbox.FastTimings())
 	ctx := testContext(t, 2*time.Minute)
 	cl := installRebound(ctx, t, c)
-	applied := applyFiles(ctx, t, cl, true,
+	applied := applyFiles(ctx, t, cl, true, append([]string{
 		repoPath("deploy/controller/namespace.yaml"),
 		repoPath("deploy/controller/deployment.yaml"),
 		repoPath(defaultPolicyFile),
-	)
+	}, rbacFiles()...)...) // and deploy/rbac, the controller's admission policies included
 	if len(applied) < 3 {
 		t.Errorf("applied %d objects, want at least the namespace, the Deployment and the policy", len(applied))
 	}
