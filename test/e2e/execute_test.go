@@ -23,7 +23,8 @@ import (
 // terminating now, so its version moved on) and leave one delete, not
 // two, in the audit log. Without the precondition the apiserver accepts
 // the second delete of a terminating pod: the control lane shows that the
-// test can fail.
+// test can fail. A plan whose node is Ready again when the executor
+// re-reads it deletes nothing.
 func TestExecutorDeleteFromStalePlan(t *testing.T) {
 	t.Parallel()
 	c := startSandbox(t, 1, sandbox.FastTimings())
@@ -41,21 +42,38 @@ func TestExecutorDeleteFromStalePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The executor deletes only off a node that is not Ready when it
+	// re-reads it: a Node no kwok kubelet manages (no heartbeat label)
+	// never becomes Ready.
+	const downNode = "stale-plan-down"
+	down := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: downNode}}
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, down, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+
 	for _, tc := range []struct {
 		name           string
+		node           string
 		precondition   bool
+		wantFirst      string
 		wantSecond     string
 		wantAuditedDel int
 	}{
-		{"with the plan's resourceVersion", true, rescue.ResultAlreadyDone, 1},
-		{"control: without it", false, rescue.ResultSucceeded, 2},
+		{"with the plan's resourceVersion", downNode, true, rescue.ResultSucceeded, rescue.ResultAlreadyDone, 1},
+		{"control: without it", downNode, false, rescue.ResultSucceeded, rescue.ResultSucceeded, 2},
+		// The plan saw the node NotReady, but it is Ready now (node-0,
+		// heartbeating): no delete at all.
+		{"node Ready when re-read", "node-0", true, rescue.ResultRefused, rescue.ResultRefused, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A finalizer keeps the pod terminating after a graceful
-			// delete, as a dead node's kubelet does.
+			// delete, as a dead node's kubelet does; the toleration keeps
+			// the node lifecycle controller's NoExecute taint on the down
+			// node from evicting it meanwhile.
 			pod := &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{GenerateName: "stale-plan-", Namespace: "default", Finalizers: []string{"rebound.dev/test-hold"}},
-				Spec:       corev1.PodSpec{NodeName: "node-0", Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/pause"}}},
+				Spec: corev1.PodSpec{NodeName: tc.node, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/pause"}},
+					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}},
 			}
 			pod, err := c.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
 			if err != nil {
@@ -68,17 +86,17 @@ func TestExecutorDeleteFromStalePlan(t *testing.T) {
 					_, _ = c.Client.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{})
 				}
 			})
-			a := rescue.Action{Kind: rescue.ActionDelete, Namespace: "default", Name: pod.Name, UID: pod.UID, Pod: pod.Name, Node: "node-0"}
+			a := rescue.Action{Kind: rescue.ActionDelete, Namespace: "default", Name: pod.Name, UID: pod.UID, Pod: pod.Name, Node: tc.node}
 			if tc.precondition {
 				a.ResourceVersion = pod.ResourceVersion
 			}
 			e := &execute.Executor{Client: rebound, Component: "rebound-test"}
-			if o := e.Apply(ctx, a); o.Result != rescue.ResultSucceeded {
-				t.Fatalf("first delete: %s (%s), want Succeeded", o.Result, o.Detail)
+			if o := e.Apply(ctx, a); o.Result != tc.wantFirst {
+				t.Fatalf("first delete: %s (%s), want %s", o.Result, o.Detail, tc.wantFirst)
 			}
 			got, err := c.Client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
-			if err != nil || got.DeletionTimestamp == nil {
-				t.Fatalf("after the first delete the pod should be terminating: %v, %+v", err, got.ObjectMeta)
+			if terminating := err == nil && got.DeletionTimestamp != nil; terminating != (tc.wantFirst == rescue.ResultSucceeded) {
+				t.Fatalf("after the first delete (%s): pod terminating = %v (%v)", tc.wantFirst, terminating, err)
 			}
 			// The same action again: what a pass planned from the stale
 			// cache would apply.

@@ -5,9 +5,10 @@
 // and the Events; status records (rescue.Action.Record,
 // rescue.PrependRecords) are pure and live with the planner.
 //
-// Every read here goes to the API server, never to an informer cache: a
-// force delete re-reads the node and requires the out-of-service:NoExecute
-// taint now, not as the cache remembered it; a scale action re-reads the
+// Every read here goes to the API server, never to an informer cache: every
+// delete re-reads the node and refuses if it is Ready now, and a force
+// delete also requires the out-of-service:NoExecute taint now, not as the
+// cache remembered it; a scale action re-reads the
 // Deployment and checks its UID, resourceVersion and the bounce rules on
 // what the API holds, then writes it with Update, whose resourceVersion the
 // API server compares (a conflict means someone changed it since: re-plan).
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/rescue"
 )
 
@@ -67,9 +69,12 @@ func (e *Executor) now() time.Time {
 func (e *Executor) Apply(ctx context.Context, a rescue.Action) Outcome {
 	switch a.Kind {
 	case rescue.ActionDelete:
+		if o, ok := e.nodeStillDown(ctx, a, false); !ok {
+			return o
+		}
 		return e.deletePod(ctx, a, nil)
 	case rescue.ActionForceDelete:
-		if o, ok := e.stillFenced(ctx, a); !ok {
+		if o, ok := e.nodeStillDown(ctx, a, true); !ok {
 			return o
 		}
 		return e.deletePod(ctx, a, ptr.To[int64](0))
@@ -83,17 +88,43 @@ func failed(err error) Outcome {
 	return Outcome{Result: rescue.ResultFailed, Detail: err.Error(), Err: err}
 }
 
-// stillFenced re-reads the node from the API right before a force delete:
-// the informer cache may still show an out-of-service taint that was
-// removed a moment ago, and a force delete off a live node runs two copies
-// of a pod that must run once.
-func (e *Executor) stillFenced(ctx context.Context, a rescue.Action) (Outcome, bool) {
+// nodeStillDown re-reads the pod's node from the API right before any
+// delete: the plan may come from an informer cache, or (restore bringup)
+// from a status restored from a backup, that still shows the node NotReady
+// a moment after it came back. Deleting a pod off a node that is Ready now
+// only restarts a pod that was serving, so a Ready node refuses every
+// delete. A force delete needs more: the node must still carry the
+// out-of-service:NoExecute taint, because a force delete off a live node
+// runs two copies of a pod that must run once.
+//
+// A node gone from the API refuses a force delete (the pod garbage
+// collector removes its pods) but not a graceful one: no kubelet can be
+// serving the pod there, and the ReplicaSet replaces it as soon as it is
+// terminating, before the garbage collector's quarantine ends.
+func (e *Executor) nodeStillDown(ctx context.Context, a rescue.Action, force bool) (Outcome, bool) {
+	what := "delete"
+	if force {
+		what = "force delete"
+	}
+	if a.Node == "" {
+		// The planner only deletes pods it found on a NotReady node; an
+		// action without one cannot be checked, so it is not applied.
+		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("the action names no node to re-read before the %s: not deleting", what)}, false
+	}
 	n, err := e.Client.CoreV1().Nodes().Get(ctx, a.Node, metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err) && force:
 		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s is gone from the API; the pod garbage collector removes its pods", a.Node)}, false
+	case apierrors.IsNotFound(err):
+		return Outcome{}, true
 	case err != nil:
-		return failed(fmt.Errorf("re-read node %s before the force delete: %w", a.Node, err)), false
+		return failed(fmt.Errorf("re-read node %s before the %s: %w", a.Node, what, err)), false
+	}
+	if kubestatus.NodeReady(n) {
+		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s, re-read from the API just now, is Ready again: not deleting a pod that may be serving", a.Node)}, false
+	}
+	if !force {
+		return Outcome{}, true
 	}
 	for i := range n.Spec.Taints {
 		if rescue.IsFencingTaint(&n.Spec.Taints[i]) {

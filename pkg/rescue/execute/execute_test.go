@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
@@ -77,7 +78,7 @@ func TestScaleBounce(t *testing.T) {
 	if o := e.Apply(ctx, wrongUID); o.Result != rescue.ResultAlreadyDone || !strings.Contains(o.Detail, "recreated") {
 		t.Errorf("other UID: %+v", o)
 	}
-	if o := e.Apply(ctx, rescue.Action{Kind: rescue.ActionDelete, Namespace: "kube-system", Name: "gone", UID: "x"}); o.Result != rescue.ResultAlreadyDone || o.Detail != "already gone" {
+	if o := e.Apply(ctx, rescue.Action{Kind: rescue.ActionDelete, Namespace: "kube-system", Name: "gone", UID: "x", Node: "node-3"}); o.Result != rescue.ResultAlreadyDone || o.Detail != "already gone" {
 		t.Errorf("delete of a missing pod: %+v", o)
 	}
 }
@@ -91,28 +92,60 @@ func TestScaleDownRefusedWhenAReplicaIsAvailable(t *testing.T) {
 	}
 }
 
-// TestForceDeleteRereadsNode: the planner saw the node fenced (maybe in a
-// stale cache); the executor deletes only if the API says so now, with
-// effect NoExecute.
-func TestForceDeleteRereadsNode(t *testing.T) {
+var fenced = corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
+
+// testNode is node-3 with its Ready condition (ready: True, else
+// Unknown, as the node lifecycle controller sets it) and taints.
+func testNode(ready bool, taints ...corev1.Taint) *corev1.Node {
+	status := corev1.ConditionUnknown
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-3"},
+		Spec:       corev1.NodeSpec{Taints: taints},
+		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}},
+	}
+}
+
+// TestDeleteRereadsNode: the planner saw the node NotReady (for a force
+// delete, also fenced), maybe in a stale cache or in a status restored
+// from a backup; the executor deletes only if the API says so now. A node
+// that is Ready again refuses every delete; a force delete also needs the
+// out-of-service taint with effect NoExecute.
+func TestDeleteRereadsNode(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-0", UID: "p-1"}, Spec: corev1.PodSpec{NodeName: "node-3"}}
-	a := rescue.Action{Kind: rescue.ActionForceDelete, Namespace: "kube-system", Name: "etcd-0", UID: "p-1", Pod: "etcd-0", Node: "node-3"}
+	graceful := rescue.Action{Kind: rescue.ActionDelete, Namespace: "kube-system", Name: "etcd-0", UID: "p-1", Pod: "etcd-0", Node: "node-3"}
+	force := graceful
+	force.Kind = rescue.ActionForceDelete
+	outOfServiceNoSchedule := corev1.Taint{Key: corev1.TaintNodeOutOfService, Effect: corev1.TaintEffectNoSchedule}
 	for _, tc := range []struct {
 		name   string
-		taints []corev1.Taint
+		action rescue.Action
+		node   *corev1.Node // nil: gone from the API
 		want   string
+		detail string
 	}{
-		{"taint removed since the plan", nil, rescue.ResultRefused},
-		{"out-of-service NoSchedule only", []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Effect: corev1.TaintEffectNoSchedule}}, rescue.ResultRefused},
-		{"fenced", []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}, rescue.ResultSucceeded},
+		{"force: taint removed since the plan", force, testNode(false), rescue.ResultRefused, "no longer carries"},
+		{"force: out-of-service NoSchedule only", force, testNode(false, outOfServiceNoSchedule), rescue.ResultRefused, "no longer carries"},
+		{"force: fenced", force, testNode(false, fenced), rescue.ResultSucceeded, "force-deleted"},
+		{"force: fenced but Ready again", force, testNode(true, fenced), rescue.ResultRefused, "is Ready again"},
+		{"force: node gone", force, nil, rescue.ResultRefused, "gone from the API"},
+		{"graceful: NotReady", graceful, testNode(false), rescue.ResultSucceeded, "deleted"},
+		{"graceful: Ready again since the plan", graceful, testNode(true), rescue.ResultRefused, "is Ready again"},
+		{"graceful: Ready again, fenced", graceful, testNode(true, fenced), rescue.ResultRefused, "is Ready again"},
+		{"graceful: node gone", graceful, nil, rescue.ResultSucceeded, "deleted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-3"}, Spec: corev1.NodeSpec{Taints: tc.taints}}
-			client := fake.NewSimpleClientset(node, pod.DeepCopy())
+			objs := []runtime.Object{pod.DeepCopy()}
+			if tc.node != nil {
+				objs = append(objs, tc.node)
+			}
+			client := fake.NewSimpleClientset(objs...)
 			e := &Executor{Client: client, Component: "rebound.dev/test", Instance: "test"}
-			o := e.Apply(context.Background(), a)
-			if o.Result != tc.want {
-				t.Fatalf("outcome %+v, want %s", o, tc.want)
+			o := e.Apply(context.Background(), tc.action)
+			if o.Result != tc.want || !strings.Contains(o.Detail, tc.detail) {
+				t.Fatalf("outcome %+v, want %s with %q", o, tc.want, tc.detail)
 			}
 			_, err := client.CoreV1().Pods("kube-system").Get(context.Background(), "etcd-0", metav1.GetOptions{})
 			if deleted := err != nil; deleted != (tc.want == rescue.ResultSucceeded) {
@@ -128,6 +161,23 @@ func TestForceDeleteRereadsNode(t *testing.T) {
 				t.Error("the node was not re-read from the API")
 			}
 		})
+	}
+}
+
+// TestDeleteWithoutNodeIsRefused: an action that names no node cannot be
+// checked against the API, so it deletes nothing.
+func TestDeleteWithoutNodeIsRefused(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns-x", UID: "p-1"}}
+	for _, kind := range []rescue.ActionKind{rescue.ActionDelete, rescue.ActionForceDelete} {
+		client := fake.NewSimpleClientset(pod.DeepCopy())
+		e := &Executor{Client: client, Component: "rebound.dev/test", Instance: "test"}
+		o := e.Apply(context.Background(), rescue.Action{Kind: kind, Namespace: "kube-system", Name: "coredns-x", UID: "p-1"})
+		if o.Result != rescue.ResultRefused {
+			t.Errorf("%s without a node: %+v, want Refused", kind, o)
+		}
+		if _, err := client.CoreV1().Pods("kube-system").Get(context.Background(), "coredns-x", metav1.GetOptions{}); err != nil {
+			t.Errorf("%s without a node deleted the pod", kind)
+		}
 	}
 }
 
