@@ -67,7 +67,10 @@ func MeasurePeering(ctx context.Context, c *sandbox.Cluster, bin string, window 
 	if err != nil {
 		return res, fmt.Errorf("annotate nodes: %w", err)
 	}
-	ctl, err := StartControllerAs(c, c.Kubeconfig, bin, "rebound-peering-scale", "--no-recovery", "--peering")
+	// The scale run's recovery controller still holds the leader-election
+	// Lease, and this one measures the peering controller on its own
+	// beside it: without the flag it would wait for that Lease for ever.
+	ctl, err := StartControllerAs(c, c.Kubeconfig, bin, "rebound-peering-scale", "--no-recovery", "--peering", "--leader-elect=false")
 	if err != nil {
 		return res, err
 	}

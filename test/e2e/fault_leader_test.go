@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"rebound/internal/sandbox"
@@ -26,12 +27,27 @@ func TestFaultLeaderFailover(t *testing.T) {
 	c := startSandbox(t, 5, faultTimings())
 	ctx := testContext(t, 8*time.Minute)
 	f := setUpFaultRescue(ctx, t, c, 5)
-	replicas := []*controllerProcess{startController(t, c), startController(t, c)}
+	// The second replica starts once the first holds the Lease, so that
+	// it must say, once, whose Lease it waits for.
+	first := startController(t, c)
+	var holder string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := c.Client.CoordinationV1().Leases("rebound-system").Get(ctx, "rebound-controller", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false, nil //nolint:nilerr // not created or not held yet
+		}
+		holder = *l.Spec.HolderIdentity
+		return holder != "", nil
+	})
+	if err != nil {
+		t.Fatalf("the first replica never took the leader-election Lease (log %s): %v", first.log, err)
+	}
+	replicas := []*controllerProcess{first, startController(t, c)}
 	f.strand(ctx, t)
 
 	// The leader is the replica that acted: its log has the action.
 	var leader, other *controllerProcess
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		for i, p := range replicas {
 			data, _ := os.ReadFile(p.log)
 			if strings.Contains(string(data), "rescue action") {
@@ -43,6 +59,12 @@ func TestFaultLeaderFailover(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("no replica logged its deletion: %v", err)
+	}
+	if leader != first {
+		t.Errorf("the replica that acted is not the one that held the Lease first (%s)", holder)
+	}
+	if data, _ := os.ReadFile(other.log); !strings.Contains(string(data), "waiting for the leader-election Lease, held by "+holder) {
+		t.Errorf("the waiting replica did not say whose Lease it waits for (%s); log %s:\n%s", holder, other.log, tail(other.log, 20))
 	}
 	leader.stop(syscall.SIGKILL)
 	killedAt := time.Now()

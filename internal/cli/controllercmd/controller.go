@@ -3,14 +3,18 @@
 package controllercmd
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/internal/cli"
@@ -26,6 +30,10 @@ import (
 // controllerGCPercent is the controller's GOGC unless the environment sets
 // one.
 const controllerGCPercent = 50
+
+// leaderElectionID names the leader-election Lease in --namespace: the ID
+// controller.NewManager gives controller-runtime's election.
+const leaderElectionID = "rebound-controller"
 
 // DefaultNamespace holds the leader-election Lease and the stop switch
 // unless -n says otherwise.
@@ -68,6 +76,12 @@ longer), rebound moves it:
 Every action is rate-limited, logged with its reason and recorded as an Event on
 the workload and in the policy's status. --dry-run, spec.dryRun and the stop
 switch (a ConfigMap; see --stop-switch) plan and report without acting.
+
+Of several controllers (the Deployment's replicas, or a run from a laptop beside
+it) only the holder of the leader-election Lease rebound-controller in --namespace
+acts; the others wait, and say at start who holds it. --leader-elect=false turns
+that off, for tests only: two controllers acting at once double the actions and
+publish two peer sets.
 
 The zone flags must match kube-controller-manager's, or rebound mispredicts
 upstream eviction.`,
@@ -153,6 +167,18 @@ upstream eviction.`,
 			}
 			logger.Info("starting rebound controller", "recovery", !noRecovery, "peering", peeringOn, "calico", calicoOn,
 				"dryRun", recOpts.DryRun, "leaderElect", mgrOpts.LeaderElect, "stopSwitch", recOpts.StopSwitch.String())
+			if mgrOpts.LeaderElect {
+				// The manager waits for the Lease without a word; say once
+				// who holds it, so that a second run beside the Deployment
+				// is seen to wait, not to hang.
+				if cs, err := kubernetes.NewForConfig(cfg); err == nil {
+					if msg := leaseHolder(cmd.Context(), cs, mgrOpts.LeaderElectionNamespace, time.Now()); msg != "" {
+						logger.Info(msg, "lease", mgrOpts.LeaderElectionNamespace+"/"+leaderElectionID)
+					}
+				}
+			} else {
+				logger.Info("leader election is off (--leader-elect=false): this process acts even if another rebound controller runs; for tests only")
+			}
 			return mgr.Start(cmd.Context())
 		},
 	}
@@ -162,7 +188,7 @@ upstream eviction.`,
 	logFlags = logging.AddFlags(cmd)
 	metricsserving.AddFlags(f, &mgrOpts.Metrics, ":8443")
 	f.StringVar(&mgrOpts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables them)")
-	f.BoolVar(&mgrOpts.LeaderElect, "leader-elect", false, "elect a leader among replicas, so that only one acts")
+	f.BoolVar(&mgrOpts.LeaderElect, "leader-elect", true, "act only while holding the leader-election Lease "+leaderElectionID+" in --namespace, so that of several controllers (replicas, or a run beside the Deployment) one acts and the others wait; --leader-elect=false is for tests only")
 	f.DurationVar(&mgrOpts.SyncPeriod, "sync-period", 10*time.Minute, "how often the caches re-list everything, as a safety net")
 	f.BoolVar(&recOpts.DryRun, "dry-run", false, "plan, log and report every action, but change nothing")
 	f.StringVar(&stopSwitch, "stop-switch", controller.DefaultStopSwitch, "name of a ConfigMap in --namespace whose existence stops all actions cluster-wide (empty disables the switch)")
@@ -185,6 +211,30 @@ upstream eviction.`,
 	f.BoolVar(&calicoOn, "calico", false, "with --peering: also publish a Calico BGPPeer (crd.projectcalico.org) that meshes the nodes of the set; see docs/peering-calico.md for turning Calico's node-to-node mesh off")
 	f.DurationVar(&calicoRestart, "calico-max-restart-time", 0, "with --calico: the BGPPeer's maxRestartTime (BIRD's per-peer graceful restart time; 0 keeps Calico's 120s)")
 	return cmd
+}
+
+// leaseHolder describes who holds the leader-election Lease, when another
+// holder's lease is current: this process will wait for it. "" when the
+// Lease is free, expired, absent or cannot be read (the manager's own
+// election reports real errors).
+func leaseHolder(ctx context.Context, client kubernetes.Interface, namespace string, now time.Time) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, leaderElectionID, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	holder := ptr.Deref(l.Spec.HolderIdentity, "")
+	if holder == "" || l.Spec.RenewTime == nil {
+		return ""
+	}
+	duration := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
+	renewed := l.Spec.RenewTime.Time
+	if duration > 0 && now.After(renewed.Add(duration)) {
+		return ""
+	}
+	return fmt.Sprintf("waiting for the leader-election Lease, held by %s (renewed %s ago, lease %s): this controller acts only once that holder stops or fails to renew it",
+		holder, now.Sub(renewed).Round(time.Second), duration)
 }
 
 // preflightNamespace is the namespace the controller cannot run without:
