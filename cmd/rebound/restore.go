@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/internal/cli"
+	"rebound/internal/cli/controllercmd"
 	"rebound/pkg/etcdsnapshot"
 	"rebound/pkg/restore"
+	"rebound/pkg/stopswitch"
 )
 
 func newRestoreCommand() *cobra.Command {
@@ -30,7 +33,8 @@ are never replaced and the restore times out. rebound closes the gap:
   rebound restore bringup --policy policy.yaml            # reschedule and wait on workload status
 
 Exit codes: 0 success, 1 other failure, 2 bad input (nothing changed),
-3 timeout, 4 refused as unsafe (needs fencing).`,
+3 timeout, 4 refused as unsafe (needs fencing, the stop switch is pulled, or the
+policy is suspended).`,
 	}
 	cmd.AddCommand(newRestoreBringupCommand(), newRestoreEtcdCommand())
 	for _, c := range cmd.Commands() {
@@ -104,6 +108,8 @@ func newRestoreBringupCommand() *cobra.Command {
 		perNode     time.Duration
 		replacement time.Duration
 		dryRun      bool
+		stopSwitch  string
+		ignoreSusp  bool
 		out         outputFlag
 	)
 	cmd := &cobra.Command{
@@ -121,8 +127,15 @@ func newRestoreBringupCommand() *cobra.Command {
     available replicas, condition Available; DaemonSet: available vs desired on Ready
     nodes; StatefulSet: ready replicas), never on a pod merely existing. A restored
     status may predate the outage, so pods count only on nodes that are Ready AND
-    whose heartbeat is seen moving during the bring-up;
+    whose Lease (kube-node-lease) is seen renewing during the bring-up;
+  * sends replacements only to such live nodes: a node Ready in the restored status
+    whose Lease does not renew is no target (progress says which nodes it waits on);
   * gives up at a deadline of --timeout-base + --timeout-per-node x nodes.
+
+It honours the controller's stop switch: while the ConfigMap --stop-switch exists it
+plans, reports and acts on nothing (exit 4). A --policy whose spec.suspend is true is
+refused (exit 4) unless --ignore-suspend. --dry-run and a stopped run first watch the
+Leases for up to half a Lease duration, so the plan they print has the real targets.
 
 Deadline defaults: --timeout-base 3m covers kube-controller-manager's
 --node-monitor-grace-period (50s by default: until then a dead node still looks
@@ -135,7 +148,8 @@ pods on every node, a restored apiserver and scheduler with more to work through
 
 Exit codes: 0 every workload available (or --dry-run), 1 other failure,
 2 bad input (unknown workload, bad flag or file; nothing changed), 3 deadline passed,
-4 refused as unsafe: every workload still missing needs fencing first.`,
+4 refused as unsafe: every workload still missing needs fencing first, or the stop
+switch is pulled, or the policy is suspended.`,
 		Example: `  rebound restore bringup --workload kube-system/deployment/coredns --workload kube-system/deployment/calico-kube-controllers
   rebound restore bringup --policy deploy/policy/default-recoverypolicy.yaml -o json
   rebound restore bringup --workloads-file essential.txt --dry-run`,
@@ -158,6 +172,10 @@ Exit codes: 0 every workload available (or --dry-run), 1 other failure,
 			if replacement <= 0 {
 				return restore.BadInputf("--replacement-timeout must be positive, got %s", replacement)
 			}
+			stop, err := parseStopSwitch(stopSwitch)
+			if err != nil {
+				return restore.BadInput(err)
+			}
 			cfg, err := kube.RESTConfig("rebound-restore")
 			if err != nil {
 				return restore.BadInput(err)
@@ -179,6 +197,8 @@ Exit codes: 0 every workload available (or --dry-run), 1 other failure,
 				DryRun:             dryRun,
 				ReplacementTimeout: replacement,
 				Progress:           progress,
+				StopSwitch:         stop,
+				IgnoreSuspend:      ignoreSusp,
 			})
 			if res != nil && out.json() {
 				if perr := out.print(cmd.OutOrStdout(), res, nil); perr != nil {
@@ -201,9 +221,27 @@ Exit codes: 0 every workload available (or --dry-run), 1 other failure,
 	f.DurationVar(&base, "timeout-base", restore.DefaultTimeoutBase, "deadline base (see above)")
 	f.DurationVar(&perNode, "timeout-per-node", restore.DefaultTimeoutPerNode, "deadline added per node of the cluster (see above)")
 	f.DurationVar(&replacement, "replacement-timeout", 60*time.Second, "how long a deleted pod's replacement may take before the Deployment is scaled to 0 and back")
-	f.BoolVar(&dryRun, "dry-run", false, "read the cluster once, print the zone state, stranded pods and the actions that would be taken; change nothing")
+	f.BoolVar(&dryRun, "dry-run", false, "read the cluster (until the Ready nodes' Leases are seen renewing, bounded), print the zone state, stranded pods and the actions that would be taken; change nothing")
+	f.StringVar(&stopSwitch, "stop-switch", controllercmd.DefaultNamespace+"/"+stopswitch.DefaultName, "the controller's stop switch, NAMESPACE/NAME of a ConfigMap (NAME alone: in "+controllercmd.DefaultNamespace+"): while it exists nothing is changed and the exit code is 4; empty disables the check")
+	f.BoolVar(&ignoreSusp, "ignore-suspend", false, "act even though the --policy file has spec.suspend: true (refused otherwise, exit 4)")
 	out.register(cmd)
 	return cmd
+}
+
+// parseStopSwitch reads --stop-switch: NAMESPACE/NAME, or NAME in the
+// controller's default namespace; "" is no switch.
+func parseStopSwitch(v string) (types.NamespacedName, error) {
+	if v == "" {
+		return types.NamespacedName{}, nil
+	}
+	ns, name, found := strings.Cut(v, "/")
+	if !found {
+		ns, name = controllercmd.DefaultNamespace, v
+	}
+	if ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("--stop-switch %q: want NAMESPACE/NAME or NAME", v)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
 // etcdRestoreResult is what `restore etcd` prints.

@@ -17,16 +17,14 @@ func (b *bringup) executor() *execute.Executor {
 	return &execute.Executor{Client: b.opts.Client, Component: reportingController, Now: b.opts.Now}
 }
 
-// act applies one action (or, dry, only records it) through the shared
-// executor and keeps the policy's status.lastActions as the controller
-// does, so that the planner's rate limit holds across rounds.
-func (b *bringup) act(ctx context.Context, a rescue.Action, w rescue.Workload, dry bool, now time.Time) {
-	rep := ActionReport{AtSeconds: b.out.since(), Kind: a.Kind, Namespace: a.Namespace, Name: a.Name, Pod: a.Pod, Node: a.Node, DryRun: dry, Reason: a.Reason}
-	if dry {
-		rep.Outcome = "not applied (dry run)"
-		if b.opts.WaitOnly && !b.opts.DryRun {
-			rep.Outcome = "not applied (wait only)"
-		}
+// act applies one action (or, when hold says why not, only records it)
+// through the shared executor and keeps the policy's status.lastActions as
+// the controller does, so that the planner's rate limit holds across
+// rounds.
+func (b *bringup) act(ctx context.Context, a rescue.Action, w rescue.Workload, hold string, now time.Time) {
+	rep := ActionReport{AtSeconds: b.out.since(), Kind: a.Kind, Namespace: a.Namespace, Name: a.Name, Pod: a.Pod, Node: a.Node, DryRun: hold != "", Reason: a.Reason}
+	if hold != "" {
+		rep.Outcome = hold
 		if _, seen := b.planned[a.Key()]; !seen {
 			b.planned[a.Key()] = true
 			b.result.Actions = append(b.result.Actions, rep)

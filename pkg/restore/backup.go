@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/pkg/etcdsnapshot"
@@ -136,7 +137,7 @@ func Backup(ctx context.Context, opts BackupOptions) (*Metadata, error) {
 }
 
 func (m *Metadata) recordWorkloads(ctx context.Context, client kubernetes.Interface, refs []WorkloadRef) error {
-	s, err := gather(ctx, client, refs)
+	s, err := gather(ctx, client, refs, types.NamespacedName{}) // a backup acts on nothing: no stop switch
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/api/v1alpha1"
@@ -42,6 +43,21 @@ type Options struct {
 	Progress io.Writer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// StopSwitch is the controller's stop switch ConfigMap (pkg/stopswitch;
+	// the CLI's default is rebound-system/rebound-stop); empty Name means
+	// none. While it exists the bring-up plans and reports, acts on
+	// nothing, and ends with OutcomeStopped (ExitUnsafe).
+	StopSwitch types.NamespacedName
+	// IgnoreSuspend lets a bring-up act on a policy whose spec.suspend is
+	// true; without it such a policy is refused (ExitUnsafe) unless the
+	// run acts on nothing anyway (DryRun, WaitOnly).
+	IgnoreSuspend bool
+	// LeaseObservation bounds how long a node's Lease may take to renew
+	// before the node is reported as not seen alive (the bring-up goes on
+	// watching it), and how long a dry run watches the Leases before it
+	// plans. 0 means half the longest Lease duration of the Ready nodes
+	// (two kubelet renewals), within [2s, 60s]; 20s without one.
+	LeaseObservation time.Duration
 }
 
 // restorePolicyName names the policy Bringup plans with when it is given a
@@ -54,8 +70,15 @@ const restorePolicyName = "rebound-restore-bringup"
 // cluster, plans with pkg/rescue (maxUnavailableTime 0), applies the
 // actions and judges each workload by its status.
 //
-// The error is for bad input (ExitBadInput) and for failures before the
-// first read; a bring-up that ends in a timeout or a refusal returns a
+// Targets come only from nodes seen alive: Ready, and their Lease renewed
+// during the bring-up's own observation. A restored cluster replays the
+// Ready statuses of its backup, so a dead node looks Ready until the node
+// lifecycle controller notices; an action whose replacement could run only
+// on such a node waits (see liveTargetsOnly).
+//
+// The error is for bad input (ExitBadInput), for a suspended policy
+// (ExitUnsafe) and for failures before the first read; a bring-up that
+// ends in a timeout or a refusal (the stop switch included) returns a
 // Result whose Err() carries the exit code.
 func Bringup(ctx context.Context, opts Options) (*Result, error) {
 	b, err := newBringup(ctx, opts)
@@ -75,6 +98,13 @@ type bringup struct {
 	zones    zone.Cluster
 	// disruption carries the full-disruption state from round to round.
 	disruption rescue.Disruption
+	// liveZones and liveDisruption are the same for the plan of the live
+	// nodes only (liveTargetsOnly).
+	liveZones      zone.Cluster
+	liveDisruption rescue.Disruption
+	// observeFor bounds the Lease observation (Options.LeaseObservation),
+	// fixed at the first read.
+	observeFor time.Duration
 	out        *progress
 	result     *Result
 	availAt    map[WorkloadRef]float64
@@ -104,6 +134,9 @@ func newBringup(ctx context.Context, opts Options) (*bringup, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p := opts.Selection.Policy; p != nil && p.Spec.Suspend && !opts.IgnoreSuspend && !opts.DryRun && !opts.WaitOnly && !p.Spec.DryRun {
+		return nil, &Error{Code: ExitUnsafe, Err: fmt.Errorf("RecoveryPolicy %s is suspended (spec.suspend: true): restore bringup does not act on it; resume it, or pass --ignore-suspend to act anyway (--dry-run plans without acting); nothing changed", p.Name)}
+	}
 	policy, err := planningPolicy(opts.Selection.Policy, refs, opts.DryRun)
 	if err != nil {
 		return nil, err
@@ -112,6 +145,19 @@ func newBringup(ctx context.Context, opts Options) (*bringup, error) {
 	b.start = opts.Now()
 	b.out = &progress{w: opts.Progress, start: b.start, now: opts.Now, last: map[string]string{}}
 	b.result = &Result{Started: b.start}
+	if opts.StopSwitch.Name != "" {
+		b.result.StopSwitch = opts.StopSwitch.String()
+	}
+	if p := opts.Selection.Policy; p != nil && p.Spec.Suspend {
+		w := fmt.Sprintf("RecoveryPolicy %s is suspended (spec.suspend: true)", p.Name)
+		switch {
+		case opts.DryRun || opts.WaitOnly || p.Spec.DryRun:
+			w += ": planned as if resumed; a run that acts refuses it unless --ignore-suspend"
+		default:
+			w += ": acting anyway (--ignore-suspend)"
+		}
+		b.result.Warnings = append(b.result.Warnings, w)
+	}
 	return b, nil
 }
 
@@ -136,6 +182,8 @@ func planningPolicy(base *v1alpha1.RecoveryPolicy, refs []WorkloadRef, dryRun bo
 	slices.Sort(namespaces)
 	p.Spec.Critical = v1alpha1.CriticalSelector{Namespaces: namespaces}
 	p.Spec.MaxUnavailableTime = &metav1.Duration{}
+	// A suspended policy got here only through IgnoreSuspend, a dry run
+	// or a wait-only run (newBringup refuses it otherwise).
 	p.Spec.Suspend = false
 	p.Spec.DryRun = dryRun
 	p.Spec.Default()
@@ -150,7 +198,7 @@ func (b *bringup) run(ctx context.Context) (*Result, error) {
 	var lastErr error
 	for {
 		now := b.opts.Now()
-		state, err := gather(ctx, b.opts.Client, b.refs)
+		state, err := gather(ctx, b.opts.Client, b.refs, b.opts.StopSwitch)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return b.result, ctx.Err()
@@ -187,8 +235,16 @@ func (b *bringup) run(ctx context.Context) (*Result, error) {
 	}
 }
 
-// begin fixes the deadline from the node count and prints the header.
+// begin fixes the deadline from the node count and the Lease observation
+// bound from the Leases, and prints the header.
 func (b *bringup) begin(s *clusterState) {
+	b.observeFor = b.opts.LeaseObservation
+	if b.observeFor <= 0 {
+		b.observeFor = observationBound(s)
+	}
+	for _, w := range b.result.Warnings {
+		b.out.line("warning", "warning: %s", w)
+	}
 	d := b.opts.Deadline.For(len(s.nodes))
 	b.deadline = b.start.Add(d)
 	b.result.Nodes = len(s.nodes)
@@ -212,15 +268,34 @@ func (b *bringup) begin(s *clusterState) {
 // step runs one read-plan-act-judge round and reports whether the bring-up
 // is over.
 func (b *bringup) step(ctx context.Context, s *clusterState, now time.Time) bool {
-	nodes := b.nodeHealth(s)
-	plan := rescue.PlanFor(b.snapshot(s, now))
-	b.zones, b.disruption = plan.Zones, plan.Disruption
+	nodes := b.nodeHealth(s, now)
 	dry := b.opts.DryRun || b.policy.Spec.DryRun
-	b.reportPlan(plan, dry || b.opts.WaitOnly)
+	stopped := s.stopped && !dry && !b.opts.WaitOnly
+	b.noteStopSwitch(s.stopped, dry)
+	if (dry || stopped) && !b.observed(s, nodes, now) {
+		// A run that ends after one plan (a dry run, the stop switch)
+		// reads the cluster until it has seen which Leases renew
+		// (bounded), so that the plan it prints has the targets a real
+		// run would have.
+		return false
+	}
+	plan := rescue.PlanFor(b.snapshot(s, now, nil))
+	b.zones, b.disruption = plan.Zones, plan.Disruption
+	plan = b.liveTargetsOnly(plan, s, nodes, now)
+	var hold string // why the actions are not applied; "" applies them
+	switch {
+	case b.opts.DryRun || (dry && !b.opts.WaitOnly):
+		hold = "not applied (dry run)"
+	case b.opts.WaitOnly:
+		hold = "not applied (wait only)"
+	case stopped:
+		hold = fmt.Sprintf("not applied (stop switch ConfigMap %s exists)", b.opts.StopSwitch)
+	}
+	b.reportPlan(plan, hold != "")
 
 	workloads := plan.Workloads()
 	for _, a := range plan.Actions {
-		b.act(ctx, a, workloads[a.Namespace+"/"+a.Pod], dry || b.opts.WaitOnly, now)
+		b.act(ctx, a, workloads[a.Namespace+"/"+a.Pod], hold, now)
 	}
 
 	states := make([]State, 0, len(b.refs))
@@ -239,6 +314,10 @@ func (b *bringup) step(ctx context.Context, s *clusterState, now time.Time) bool
 	}
 	if dry {
 		b.finish(OutcomeDryRun, now)
+		return true
+	}
+	if stopped {
+		b.finish(OutcomeStopped, now)
 		return true
 	}
 	if outcome, done := outcomeFor(states, now, b.deadline); done {

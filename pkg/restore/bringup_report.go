@@ -70,6 +70,22 @@ func (b *bringup) finish(o Outcome, now time.Time) {
 	case OutcomeRefusedUnsafe:
 		r.Message = fmt.Sprintf("bring-up refused as unsafe after %s: %d of %d workloads available; these need fencing first (taint the dead node %s once it is confirmed off, then run again):\n  %s",
 			elapsed, len(avail), len(r.Workloads), "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute", strings.Join(notAvail, "\n  "))
+	case OutcomeStopped:
+		applied, held := 0, 0
+		for _, a := range r.Actions {
+			if a.DryRun {
+				held++
+			} else if a.Result == rescue.ResultSucceeded {
+				applied++
+			}
+		}
+		before := ""
+		if applied > 0 {
+			before = fmt.Sprintf(", after %d applied before it was pulled", applied)
+		}
+		sw := b.opts.StopSwitch
+		r.Message = fmt.Sprintf("bring-up stopped after %s: the stop switch ConfigMap %s exists, so rebound acts on nothing (%d actions planned, not applied%s); %d of %d workloads available. Delete it (kubectl -n %s delete configmap %s) to let rebound act, then run again",
+			elapsed, sw, held, before, len(avail), len(r.Workloads), sw.Namespace, sw.Name)
 	case OutcomeTimedOut:
 		r.Message = fmt.Sprintf("bring-up timed out after %s (deadline %s): %d of %d workloads available; still missing:\n  %s",
 			elapsed, r.Deadline, len(avail), len(r.Workloads), strings.Join(notAvail, "\n  "))

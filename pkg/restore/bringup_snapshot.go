@@ -1,8 +1,10 @@
 package restore
 
 import (
+	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/api/v1alpha1"
@@ -10,37 +12,57 @@ import (
 	"rebound/pkg/rescue"
 )
 
-// nodeHealth combines the API's Ready condition with the heartbeats seen.
-func (b *bringup) nodeHealth(s *clusterState) map[string]NodeHealth {
+// nodeHealth combines the API's Ready condition with the Lease renewals
+// seen, and prints each node's state when it changes: a Ready node whose
+// Lease has not renewed within the observation bound is said to be
+// probably dead (the bring-up goes on watching it).
+func (b *bringup) nodeHealth(s *clusterState, now time.Time) map[string]NodeHealth {
 	out := make(map[string]NodeHealth, len(s.nodes))
-	ready := 0
+	ready, live := 0, 0
+	overdue := now.Sub(b.start) >= b.observeFor
 	for _, n := range s.nodes {
 		h := NodeHealth{Ready: kubestatus.NodeReady(n), Heartbeat: b.beats.observe(n.Name, s.heartbeat[n.Name])}
 		out[n.Name] = h
 		if h.Ready {
 			ready++
 		}
+		if h.Live() {
+			live++
+		}
 		var what string
 		switch {
 		case !h.Ready:
 			what = "NotReady"
 		case h.Heartbeat:
-			what = "Ready, heartbeat seen: alive"
+			what = "Ready, Lease renewing: alive"
+		case overdue:
+			what = fmt.Sprintf("Ready in the API, but its Lease has not renewed in %s: probably dead (its Ready status may date from the backup); not a target, its pods do not count", b.observeFor.Round(time.Second))
 		default:
-			what = "Ready in the API, waiting for a heartbeat (its status may date from the backup)"
+			what = "Ready in the API, waiting to see its Lease renew (its Ready status may date from the backup)"
 		}
 		b.out.change("node/"+n.Name, what, "node %s: %s", n.Name, what)
 	}
-	b.result.ReadyNodes = ready
+	b.result.ReadyNodes, b.result.LiveNodes = ready, live
+	b.out.change("nodes", fmt.Sprint(ready, live), "nodes: %d of %d Ready in the API, %d of them seen alive (Lease renewing); replacements go only to those", ready, len(s.nodes), live)
 	return out
 }
 
-// snapshot builds the planner's input: every node, and of the essential
-// workloads' namespaces only the essential pods and their owners.
-func (b *bringup) snapshot(s *clusterState, now time.Time) rescue.Snapshot {
+// snapshot builds the planner's input: every node but those in without,
+// and of the essential workloads' namespaces only the essential pods and
+// their owners.
+func (b *bringup) snapshot(s *clusterState, now time.Time, without map[string]bool) rescue.Snapshot {
+	nodes := s.nodes
+	if len(without) > 0 {
+		nodes = make([]*corev1.Node, 0, len(s.nodes))
+		for _, n := range s.nodes {
+			if !without[n.Name] {
+				nodes = append(nodes, n)
+			}
+		}
+	}
 	snap := rescue.Snapshot{
 		Now:                now,
-		Nodes:              s.nodes,
+		Nodes:              nodes,
 		Namespaces:         s.namespaces,
 		PVCs:               s.pvcs,
 		Policies:           []*v1alpha1.RecoveryPolicy{b.policy},

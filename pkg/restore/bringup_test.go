@@ -94,12 +94,34 @@ func strandedStatefulSet() []runtime.Object {
 	return []runtime.Object{sts, p}
 }
 
+// cluster is the restored cluster: node-0 alive (its kubelet renews its
+// Lease), node3 as given, its Lease never renewed.
 func cluster(node3 *corev1.Node, objs ...runtime.Object) *fake.Clientset {
 	base := []runtime.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system"}},
 		node("node-0", true), node3, lease("node-0"), lease("node-3"),
 	}
-	return fake.NewSimpleClientset(append(base, objs...)...)
+	client := fake.NewSimpleClientset(append(base, objs...)...)
+	renewing(client, "node-0")
+	return client
+}
+
+// renewing makes the named nodes' kubelets renew their Leases: each list
+// of the Leases finds them renewed a second later than the last.
+func renewing(client *fake.Clientset, names ...string) {
+	gvr := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	client.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		for _, name := range names {
+			obj, err := client.Tracker().Get(gvr, corev1.NamespaceNodeLease, name)
+			if err != nil {
+				continue
+			}
+			l := obj.(*coordinationv1.Lease).DeepCopy()
+			l.Spec.RenewTime = &metav1.MicroTime{Time: l.Spec.RenewTime.Add(time.Second)}
+			_ = client.Tracker().Update(gvr, l, corev1.NamespaceNodeLease)
+		}
+		return false, nil, nil
+	})
 }
 
 func run(t *testing.T, client *fake.Clientset, opts Options) (*Result, error) {

@@ -21,9 +21,11 @@ const (
 	// ExitTimeout: the deadline passed with some workload still not
 	// available.
 	ExitTimeout = 3
-	// ExitUnsafe: every workload not available is one rebound refuses to
-	// move without fencing (a StatefulSet pod or a pod with a ReadWriteOnce
-	// volume on a node nobody confirmed off).
+	// ExitUnsafe: refused as unsafe. Every workload not available is one
+	// rebound refuses to move without fencing (a StatefulSet pod or a pod
+	// with a ReadWriteOnce volume on a node nobody confirmed off), or the
+	// stop switch is pulled, or the policy is suspended (without
+	// --ignore-suspend). Nothing was changed that the refusal covers.
 	ExitUnsafe = 4
 )
 
@@ -56,6 +58,9 @@ const (
 	OutcomeTimedOut      Outcome = "TimedOut"
 	OutcomeRefusedUnsafe Outcome = "RefusedUnsafe"
 	OutcomeDryRun        Outcome = "DryRun"
+	// OutcomeStopped: the stop switch was pulled; the plan was reported
+	// and nothing (more) was done.
+	OutcomeStopped Outcome = "Stopped"
 )
 
 // ExitCode maps an outcome to its exit code.
@@ -65,7 +70,7 @@ func (o Outcome) ExitCode() int {
 		return ExitOK
 	case OutcomeTimedOut:
 		return ExitTimeout
-	case OutcomeRefusedUnsafe:
+	case OutcomeRefusedUnsafe, OutcomeStopped:
 		return ExitUnsafe
 	default:
 		return ExitFailed

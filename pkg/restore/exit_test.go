@@ -63,7 +63,7 @@ func TestOutcomeFor(t *testing.T) {
 }
 
 func TestExitCodes(t *testing.T) {
-	for o, want := range map[Outcome]int{OutcomeSucceeded: 0, OutcomeDryRun: 0, OutcomeTimedOut: 3, OutcomeRefusedUnsafe: 4, "": 1} {
+	for o, want := range map[Outcome]int{OutcomeSucceeded: 0, OutcomeDryRun: 0, OutcomeTimedOut: 3, OutcomeRefusedUnsafe: 4, OutcomeStopped: 4, "": 1} {
 		if got := o.ExitCode(); got != want {
 			t.Errorf("%q.ExitCode() = %d, want %d", o, got, want)
 		}

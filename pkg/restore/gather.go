@@ -14,13 +14,22 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/pkg/kubestatus"
+	"rebound/pkg/stopswitch"
 )
 
 // clusterState is one read of everything a bring-up looks at: all nodes and
 // their Leases, and the objects of the essential workloads' namespaces.
 type clusterState struct {
-	nodes       []*corev1.Node
-	heartbeat   map[string]time.Time // node -> latest Lease renewal or status heartbeat
+	nodes []*corev1.Node
+	// heartbeat is each node's Lease renewTime. Only the Lease counts: a
+	// restored cluster replays the Ready condition (and its heartbeat
+	// time) of the backup, and only a live kubelet renews its Lease.
+	heartbeat map[string]time.Time
+	// leaseDuration is each Lease's spec.leaseDurationSeconds; a kubelet
+	// renews at a quarter of it.
+	leaseDuration map[string]time.Duration
+	// stopped: the stop switch ConfigMap exists.
+	stopped     bool
 	namespaces  map[string]map[string]string
 	pods        []*corev1.Pod
 	replicaSets []*appsv1.ReplicaSet
@@ -53,19 +62,25 @@ func (w workloadObject) uid() types.UID {
 }
 
 // gather reads the cluster. It lists per namespace, so a bring-up of
-// kube-system's workloads does not read every pod of a large cluster.
-func gather(ctx context.Context, client kubernetes.Interface, refs []WorkloadRef) (*clusterState, error) {
-	s := &clusterState{heartbeat: map[string]time.Time{}, namespaces: map[string]map[string]string{}, workloads: map[WorkloadRef]workloadObject{}}
+// kube-system's workloads does not read every pod of a large cluster. The
+// stop switch is read first, from the API, every round: a round that
+// cannot read it fails, and acts on nothing.
+func gather(ctx context.Context, client kubernetes.Interface, refs []WorkloadRef, stop types.NamespacedName) (*clusterState, error) {
+	s := &clusterState{heartbeat: map[string]time.Time{}, leaseDuration: map[string]time.Duration{}, namespaces: map[string]map[string]string{}, workloads: map[WorkloadRef]workloadObject{}}
+	var err error
+	s.stopped, err = stopswitch.Read(ctx, stop, func(ctx context.Context, key types.NamespacedName) error {
+		_, err := client.CoreV1().ConfigMaps(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		s.nodes = append(s.nodes, n)
-		if c := kubestatus.NodeReadyCondition(n); c != nil {
-			s.heartbeat[n.Name] = c.LastHeartbeatTime.Time
-		}
+		s.nodes = append(s.nodes, &nodes.Items[i])
 	}
 	leases, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -73,8 +88,11 @@ func gather(ctx context.Context, client kubernetes.Interface, refs []WorkloadRef
 	}
 	if leases != nil {
 		for _, l := range leases.Items {
-			if l.Spec.RenewTime != nil && l.Spec.RenewTime.After(s.heartbeat[l.Name]) {
+			if l.Spec.RenewTime != nil {
 				s.heartbeat[l.Name] = l.Spec.RenewTime.Time
+			}
+			if d := l.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
+				s.leaseDuration[l.Name] = time.Duration(*d) * time.Second
 			}
 		}
 	}

@@ -20,6 +20,13 @@ type Result struct {
 	Deadline        string  `json:"deadline"`
 	Nodes           int     `json:"nodes"`
 	ReadyNodes      int     `json:"readyNodes"`
+	// LiveNodes are the Ready nodes whose Lease was seen renewing during
+	// the bring-up: the only ones whose pods count, and the only targets.
+	LiveNodes int `json:"liveNodes"`
+	// StopSwitch is the stop switch ConfigMap read ("" when none), and
+	// StopSwitchPulled whether it existed at the last read.
+	StopSwitch       string `json:"stopSwitch,omitempty"`
+	StopSwitchPulled bool   `json:"stopSwitchPulled,omitempty"`
 	// Zones are the zone states as kube-controller-manager computes them.
 	Zones []ZoneReport `json:"zones"`
 	// Workloads are the essential workloads, sorted.
@@ -61,7 +68,9 @@ type ActionReport struct {
 	Name      string            `json:"name"`
 	Pod       string            `json:"pod,omitempty"`
 	Node      string            `json:"node,omitempty"`
-	DryRun    bool              `json:"dryRun,omitempty"`
+	// DryRun: planned, not applied (a dry run, a wait-only run, or the
+	// stop switch; Outcome says which).
+	DryRun bool `json:"dryRun,omitempty"`
 	// Result is rescue.ResultSucceeded, AlreadyDone, Refused or Failed
 	// ("" when not applied); Outcome says what happened in words.
 	Result  string `json:"result,omitempty"`

@@ -19,7 +19,7 @@ import (
 // --node-monitor-grace-period) nothing in the API says otherwise. So a
 // workload counts as available only when its status says so AND the pods
 // that status can be counting run on nodes that are Ready with a heartbeat
-// seen during this bring-up. Pods are read only to catch a stale status;
+// (a renewal of the node's Lease) seen during this bring-up. Pods are read only to catch a stale status;
 // success always comes from the status (observedGeneration, updated and
 // available replicas, the Available condition), never from a pod existing.
 
@@ -27,9 +27,10 @@ import (
 type NodeHealth struct {
 	// Ready is the node's Ready condition in the API.
 	Ready bool
-	// Heartbeat is true once its heartbeat (Lease renewal or status
-	// update) has been seen to move during this bring-up: the node is alive
-	// now, not just Ready in a status restored from a backup.
+	// Heartbeat is true once its Lease's renewTime has been seen to move
+	// during this bring-up: the node is alive now, not just Ready in a
+	// status restored from a backup. The Ready condition's own heartbeat
+	// time does not count: it is restored with the rest of the status.
 	Heartbeat bool
 }
 

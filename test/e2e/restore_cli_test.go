@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/restore"
@@ -62,7 +66,8 @@ func (r cliRun) expect(t *testing.T, what string, code int, stderrHas ...string)
 // and `rebound restore bringup` on a one-node sandbox and checks their exit
 // codes: 0 for success, 2 for every bad input (truncated snapshot, a file
 // that is not a snapshot, a non-empty target, an unknown workload, an
-// existing backup file), each with a clear message and nothing changed.
+// existing backup file), 4 for a suspended policy and for the stop switch,
+// each with a clear message and nothing changed.
 func TestS2RestoreCLI(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t, 6*time.Minute)
@@ -148,6 +153,41 @@ func TestS2RestoreCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &dry); err != nil || dry.Outcome != restore.OutcomeDryRun || len(dry.Workloads) != 3 {
 		t.Errorf("dry run -o json: %v\n%s", err, r.stdout)
 	}
+	// Refusals that change nothing: a suspended policy without
+	// --ignore-suspend, and the controller's stop switch pulled. Both exit
+	// 4 (refused as unsafe).
+	policy, err := os.ReadFile(repoPath("deploy/policy/default-recoverypolicy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	suspended := filepath.Join(dir, "suspended.yaml")
+	if err := os.WriteFile(suspended, []byte(strings.Replace(string(policy), "\nspec:\n", "\nspec:\n  suspend: true\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before = clusterFingerprint(ctx, t, c)
+	runCLI(ctx, t, bin, "restore", "bringup", "--kubeconfig", c.Kubeconfig, "--policy", suspended).
+		expect(t, "bring-up of a suspended policy", 4, "is suspended (spec.suspend: true)", "--ignore-suspend")
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rebound-system"}}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	stop := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "rebound-system", Name: "rebound-stop"}}
+	if _, err := c.Client.CoreV1().ConfigMaps("rebound-system").Create(ctx, stop, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(ctx, t, bin, append([]string{"restore", "bringup", "--kubeconfig", c.Kubeconfig, "-o", "json"}, workloadFlags...)...)
+	r.expect(t, "bring-up with the stop switch pulled", 4, "stop switch ConfigMap rebound-system/rebound-stop")
+	var stopped restore.Result
+	if err := json.Unmarshal([]byte(r.stdout), &stopped); err != nil || stopped.Outcome != restore.OutcomeStopped || !stopped.StopSwitchPulled {
+		t.Errorf("stopped bring-up -o json: %v\n%s", err, r.stdout)
+	}
+	if err := c.Client.CoreV1().ConfigMaps("rebound-system").Delete(ctx, stop.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if after := clusterFingerprint(ctx, t, c); after != before {
+		t.Errorf("refused bring-ups changed the cluster:\n%s\n---\n%s", before, after)
+	}
+
 	args := append([]string{"restore", "bringup", "--kubeconfig", c.Kubeconfig, "--timeout-base", "45s", "-o", "json"}, workloadFlags...)
 	r = runCLI(ctx, t, bin, args...)
 	r.expect(t, "bring-up", 0)
