@@ -25,7 +25,7 @@ var DefaultRecoveryPolicy []byte
 // and the controller's namespace (deploy/controller), for tests and the
 // demo that install the agent's confinement on a sandbox.
 var (
-	//go:embed agent/namespace.yaml
+	//go:embed agent/namespace/namespace.yaml
 	AgentNamespace []byte
 	//go:embed agent/rbac.yaml
 	AgentRBAC []byte
@@ -35,4 +35,16 @@ var (
 	AgentDaemonSet []byte
 	//go:embed controller/namespace.yaml
 	ControllerNamespace []byte
+)
+
+// The Calico backend's rejoin agent (deploy/agent/rejoin): its
+// ServiceAccount and RBAC, the ValidatingAdmissionPolicy that confines it
+// to putting its own Ready node back into the peer set, and its DaemonSet.
+var (
+	//go:embed agent/rejoin/rbac.yaml
+	RejoinRBAC []byte
+	//go:embed agent/rejoin/admission.yaml
+	RejoinAdmission []byte
+	//go:embed agent/rejoin/daemonset.yaml
+	RejoinDaemonSet []byte
 )

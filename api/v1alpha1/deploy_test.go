@@ -263,7 +263,7 @@ func TestDefaultPolicy(t *testing.T) {
 	}
 	want := RecoveryPolicySpec{
 		Critical: CriticalSelector{
-			Namespaces:         []string{"kube-system"},
+			Namespaces:         []string{"kube-system", systemNamespace},
 			PriorityClassNames: []string{"system-cluster-critical", "system-node-critical"},
 		},
 		MaxUnavailableTime: &metav1.Duration{Duration: 30 * time.Second},
@@ -293,6 +293,8 @@ func TestDefaultPolicy(t *testing.T) {
 		{pod("kube-system", "system-node-critical", nil), true},
 		{pod("kube-system", "", nil), false},
 		{pod("default", "system-cluster-critical", nil), false},
+		// rebound's own controller, so that one replica rescues the other.
+		{pod(systemNamespace, "system-cluster-critical", map[string]string{"app.kubernetes.io/name": "rebound", "app.kubernetes.io/component": "controller"}), true},
 	} {
 		got, err := p.Spec.Critical.Matches(tc.pod, nil)
 		if err != nil || got != tc.want {
@@ -519,5 +521,62 @@ func TestControllerDeployment(t *testing.T) {
 		t.Error("container securityContext.allowPrivilegeEscalation must be false")
 	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
 		t.Error("container securityContext.capabilities must drop ALL and add none")
+	}
+	checkControllerPlacement(t, d)
+}
+
+// checkControllerPlacement: rebound survives what it rescues. The
+// replicas run where the control plane runs, never two on one node, with
+// a priority class, and the default RecoveryPolicy selects their pods, so
+// the surviving replica rescues the other.
+func checkControllerPlacement(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	spec := d.Spec.Template.Spec
+	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+		t.Errorf("replicas = %v, want 2: one replica rescues the other", d.Spec.Replicas)
+	}
+	const controlPlane = "node-role.kubernetes.io/control-plane"
+	var na *corev1.NodeSelector
+	if spec.Affinity != nil && spec.Affinity.NodeAffinity != nil {
+		na = spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	if na == nil || len(na.NodeSelectorTerms) != 1 || !slices.ContainsFunc(na.NodeSelectorTerms[0].MatchExpressions, func(r corev1.NodeSelectorRequirement) bool {
+		return r.Key == controlPlane && r.Operator == corev1.NodeSelectorOpExists
+	}) {
+		t.Errorf("node affinity %+v: want required %s Exists (kubeadm labels it \"\", others \"true\")", na, controlPlane)
+	}
+	if !slices.ContainsFunc(spec.Tolerations, func(tol corev1.Toleration) bool {
+		return tol.Key == controlPlane && tol.Operator == corev1.TolerationOpExists && tol.Effect == corev1.TaintEffectNoSchedule
+	}) {
+		t.Errorf("tolerations %+v: the control-plane nodes' NoSchedule taint is not tolerated", spec.Tolerations)
+	}
+	var anti []corev1.PodAffinityTerm
+	if spec.Affinity != nil && spec.Affinity.PodAntiAffinity != nil {
+		anti = spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	spread := false
+	for _, term := range anti {
+		sel, err := metav1.LabelSelectorAsSelector(term.LabelSelector)
+		if err == nil && term.TopologyKey == corev1.LabelHostname && sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			spread = true
+		}
+	}
+	if !spread {
+		t.Errorf("pod anti-affinity %+v: want a required term on %s selecting the controller's own pods", anti, corev1.LabelHostname)
+	}
+	if spec.PriorityClassName != "system-cluster-critical" {
+		t.Errorf("priorityClassName = %q, want system-cluster-critical", spec.PriorityClassName)
+	}
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", defaultPolicyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, errs := ParseRecoveryPolicy(data)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Labels: d.Spec.Template.Labels}, Spec: spec}
+	if ok, err := p.Spec.Critical.Matches(pod, nil); err != nil || !ok {
+		t.Errorf("the default RecoveryPolicy does not select the controller's own pods (%v): a replica on a dead node would stay there", err)
 	}
 }

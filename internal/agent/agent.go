@@ -49,6 +49,8 @@ type Agent struct {
 	// starting: BIRD is not running or in graceful-restart recovery, so
 	// the start rule (StartPeers) picks the peers; see start.go.
 	starting bool
+	// rejoiner is the whole agent with RejoinOnly (rejoin.go).
+	rejoiner *Rejoiner
 
 	mu      sync.Mutex // guards what the HTTP handlers and Stats read
 	stats   Stats
@@ -94,14 +96,21 @@ func New(opts Options) (*Agent, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("rebound agent: %w", err)
 	}
-	return &Agent{
+	a := &Agent{
 		opts:     opts,
 		log:      opts.Logger.With("node", opts.NodeName),
 		clock:    opts.Clock,
 		trigger:  make(chan struct{}, 1),
 		starting: true,
-	}, nil
+	}
+	if opts.RejoinOnly {
+		a.rejoiner = NewRejoiner(opts)
+	}
+	return a, nil
 }
+
+// Rejoiner is the agent's rejoiner, nil unless RejoinOnly.
+func (a *Agent) Rejoiner() *Rejoiner { return a.rejoiner }
 
 // Run works until ctx ends: it resolves the node's address, starts the
 // watch on the published set, and then reacts to changes of the set, to
@@ -110,6 +119,9 @@ func New(opts Options) (*Agent, error) {
 // Once, everything is bounded by OnceTimeout (see runOnce).
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = a.clock.Now()
+	if a.rejoiner != nil {
+		return a.rejoiner.Run(ctx)
+	}
 	if a.opts.Once {
 		return a.runOnce(ctx)
 	}
@@ -568,6 +580,9 @@ func (a *Agent) Readiness() Readiness {
 // intervals and half a minute). /metrics is served apart, authenticated
 // (Collector).
 func (a *Agent) Handler() http.Handler {
+	if a.rejoiner != nil {
+		return a.rejoiner.Handler()
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		r := a.Readiness()

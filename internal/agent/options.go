@@ -133,6 +133,11 @@ type Options struct {
 	// even if peers in the set are not Established (--ready-after).
 	ReadyAfter time.Duration
 
+	// RejoinOnly runs only the rejoiner (--rejoin-only, rejoin.go): no
+	// BIRD, no reports; it watches this node's Node and puts it back into
+	// the Calico set when it is Ready. The BIRD options are ignored.
+	RejoinOnly bool
+
 	// Clock is injected for tests; nil means the real clock.
 	Clock clock.WithTicker
 	// Logger; nil means slog.Default().
@@ -199,6 +204,9 @@ func (o Options) Validate() error {
 // ValidateFlags checks everything but the client: the command line checks
 // it before it connects anywhere.
 func (o Options) ValidateFlags() error {
+	if o.RejoinOnly {
+		return o.validateRejoinOnly()
+	}
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if o.NodeName == "" {

@@ -56,7 +56,7 @@ func TestDefault(t *testing.T) {
 	p := Default()
 	want := v1alpha1.RecoveryPolicySpec{
 		Critical: v1alpha1.CriticalSelector{
-			Namespaces:         []string{"kube-system"},
+			Namespaces:         []string{"kube-system", "rebound-system"},
 			PriorityClassNames: []string{"system-cluster-critical", "system-node-critical"},
 		},
 		MaxUnavailableTime: &metav1.Duration{Duration: 30 * time.Second},

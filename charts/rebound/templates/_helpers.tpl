@@ -27,3 +27,13 @@ app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 {{- define "rebound.peering" -}}
 {{- if or .Values.agent.enabled .Values.calico.enabled }}true{{ end }}
 {{- end }}
+
+{{/* The Calico backend's rejoin agent runs (deploy/agent/rejoin). */}}
+{{- define "rebound.rejoin" -}}
+{{- if and .Values.calico.enabled .Values.calico.rejoin.enabled }}true{{ end }}
+{{- end }}
+
+{{/* Some agent runs in the agents' namespace. */}}
+{{- define "rebound.agentNamespaceWanted" -}}
+{{- if or .Values.agent.enabled (include "rebound.rejoin" .) }}true{{ end }}
+{{- end }}

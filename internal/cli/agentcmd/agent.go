@@ -85,6 +85,15 @@ after it went NotReady (or BFD up).
 time, or the set is refused, the last good file stays and the agent exits 0
 (BIRD starts with the set it had), or fails when there is no file at all.
 
+--rejoin-only is the Calico backend's agent (deploy/calico): no BIRD, no
+reports. Calico's BGPPeer meshes every node not labelled
+peering.rebound.dev/in-set=false, so only the controller's "false" can keep a
+node out; when this node is Ready again with a BGP address and still labelled
+"false" (the controller is down), the agent sets it to "true" at once, as the
+controller would. Its credential may do exactly that to its own node and
+nothing else (a ValidatingAdmissionPolicy on the node name bound into its
+token): it can put its own node back, never take a node out.
+
 Probes on --health-addr (plain HTTP, for the kubelet):
   /readyz  ready when every peer IN THE SET is Established, or the agent has
            been up for --ready-after; peers outside the set never hold it back
@@ -94,7 +103,10 @@ Metrics on --metrics-bind-address: HTTPS, and every scrape needs a token that
 the API server authenticates and RBAC allows to get /metrics (ClusterRole
 rebound-metrics-reader), as the controller's; the agent's credential checks
 them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
-		Example: `  # BIRD 1.6 on the host (deploy/agent)
+		Example: `  # Calico: put this node back into the set when it is Ready (deploy/calico)
+  rebound agent --rejoin-only --node-name=$NODE_NAME
+
+  # BIRD 1.6 on the host (deploy/agent)
   rebound agent --node-name=$NODE_NAME --as 64512 \
     --bird-socket /run/bird/bird.ctl --mesh-file /etc/bird/rebound/mesh.conf
 
@@ -150,7 +162,7 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 				return err
 			}
 			var ms metricsserver.Server
-			if !opts.Once {
+			if !opts.Once && !opts.RejoinOnly {
 				if ms, err = metricsServer(metrics, cfg, a); err != nil {
 					return err
 				}
@@ -169,6 +181,7 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 	f.StringVar(&opts.BirdConfig, "bird-config", "", "BIRD's main configuration (the one that includes --mesh-file), for the --bird-binary check")
 	f.StringVar(&peerSet, "peer-set", peering.DefaultPeerSetNamespace+"/"+peering.DefaultPeerSetName, "NAMESPACE/NAME of the ConfigMap the controller publishes the peer set in")
 	f.DurationVar(&opts.OnceTimeout, "once-timeout", agent.DefaultOnceTimeout, "with --once: give up after this long, keeping the last good file")
+	f.BoolVar(&opts.RejoinOnly, "rejoin-only", false, "no BIRD: only watch this node and, when it is Ready with a BGP address but labelled "+peering.LabelInSet+"=false, put it back (=true) into the Calico peer set, so that a returning node rejoins the mesh while the controller is down (deploy/calico's DaemonSet); the BIRD flags are ignored")
 	f.BoolVar(&opts.Once, "once", false, "apply the peer set once and exit: run before BIRD starts (init container, ExecStartPre) so BIRD starts with the current set")
 	f.StringVar(&opts.Birdc, "birdc", "", "run this birdc binary (birdc -s SOCKET configure) instead of speaking the socket protocol directly")
 	f.Uint32Var(&as, "as", 0, "local AS number of the mesh (Calico's default is 64512)")
