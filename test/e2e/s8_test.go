@@ -61,6 +61,66 @@ func TestS8AgentCredentialConfined(t *testing.T) {
 	t.Logf("node-2's report refused: %v", res.OtherReport)
 }
 
+// TestS8RejoinCredentialConfined: the Calico backend's rejoin agent may
+// write Nodes, so its credential is confined at the API server
+// (deploy/agent/rejoin: RBAC and a ValidatingAdmissionPolicy on the node
+// name bound into its token). A token of its ServiceAccount bound to a pod
+// on node-1 puts node-1 back into the set (in-set false -> true, or the
+// label removed) while node-1 is Ready, and is refused (Forbidden) for
+// node-2's label, setting its own to false, any other label, annotation,
+// taint, cordon or status, deleting a node, and doing it while node-1 is
+// NotReady; a token of the same ServiceAccount bound to no pod can do
+// nothing at all.
+func TestS8RejoinCredentialConfined(t *testing.T) {
+	t.Parallel()
+	c := startSandbox(t, 3, sandbox.FastTimings())
+	ctx := testContext(t, 4*time.Minute)
+	res, err := scenario.S8RejoinCredential(ctx, c, "node-1", "node-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TokenNode != "node-1" {
+		t.Fatalf("the token's %s extra is %q, want node-1: the admission policy cannot confine the agent", scenario.NodeNameExtra, res.TokenNode)
+	}
+	for what, err := range map[string]error{
+		"putting node-1 back (false -> true, the agent's own patch)": res.OwnBack,
+		"removing node-1's label (false -> none)":                    res.OwnRemoved,
+	} {
+		if err != nil {
+			t.Errorf("%s: %v, want success", what, err)
+		}
+	}
+	// Each refusal by the rule that says why (RBAC grants no status,
+	// no delete).
+	const (
+		ownNode = "patch only the Node its token is bound to"
+		onlyUp  = `only change peering.rebound.dev/in-set from "false" to "true"`
+		nothing = "change nothing but the label"
+		ready   = "only while the Node is Ready"
+		rbac    = "cannot"
+	)
+	for _, tc := range []struct {
+		what string
+		err  error
+		why  string
+	}{
+		{"putting node-2 back", res.OtherBack, ownNode},
+		{"putting node-1 back with an unbound token", res.UnboundTokenPatch, ownNode},
+		{"setting node-1's label to false", res.OwnToFalse, onlyUp},
+		{"annotating node-1", res.OwnAnnotation, onlyUp},
+		{"adding another label with the rejoin", res.OwnBackWithLabel, nothing},
+		{"adding a taint with the rejoin", res.OwnBackWithTaint, nothing},
+		{"cordoning node-1 with the rejoin", res.OwnCordon, nothing},
+		{"putting node-1 back while it is NotReady", res.OwnBackNotReady, ready},
+		{"patching node-1's status", res.OwnStatus, rbac},
+		{"deleting node-2", res.DeleteOther, rbac},
+	} {
+		if !apierrors.IsForbidden(tc.err) || !strings.Contains(tc.err.Error(), tc.why) {
+			t.Errorf("%s: %v, want Forbidden because it %s", tc.what, tc.err, tc.why)
+		}
+	}
+}
+
 // TestS8LyingAgent: agents claim Established sessions with dead nodes, as
 // fresh as the rules allow. Each dead node stays in the set only while
 // its liar is Ready and refreshing; it leaves once the lie goes stale, or

@@ -1,0 +1,341 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+
+	"rebound/internal/controller"
+	"rebound/internal/sandbox"
+	"rebound/internal/scenario"
+	"rebound/pkg/kubestatus"
+	"rebound/pkg/peering"
+	"rebound/pkg/peering/calico"
+	"rebound/pkg/zone"
+)
+
+// calicoCRDs are Calico v3.32.1's own BGPPeer and BGPConfiguration CRDs,
+// both API groups, unmodified.
+const calicoCRDs = "/work/shared/calico/v3.32.1"
+
+var bgpConfigsV3 = bgpPeersV3.GroupVersion().WithResource("bgpconfigurations")
+
+// TestS12ControllerDown: the Calico contract fails open. On Calico's real
+// v3.32.1 CRDs, with Calico's node-to-node mesh off, the controller
+// publishes its BGPPeer, leaves a dead node out (in-set=false), and is
+// stopped. Then, with no controller:
+//
+//   - a node that joins is in the mesh: the BGPPeer (read back from the
+//     API) selects it, although nobody labels it;
+//   - the node left out returns Ready and its rejoin agent
+//     (`rebound agent --rejoin-only`, with a token bound to a pod on that
+//     node and deploy/agent/rejoin's RBAC and admission policy) puts it
+//     back at once; s12_rejoin_without_controller is the time from its
+//     Ready transition to the label change, both from the API's records
+//     (whole seconds);
+//   - nothing else changes: the agent touches no other node.
+//
+// When the controller returns it agrees: nobody leaves, the new node is
+// labelled in.
+func TestS12ControllerDown(t *testing.T) {
+	t.Parallel()
+	c := startSandbox(t, 3, sandbox.FastTimings())
+	ctx := testContext(t, 5*time.Minute)
+	installCRDs(ctx, t, c, calicoCRDs)
+	dyn, err := dynamic.NewForConfig(c.Config)
+	must(t, err)
+	mesh := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": calico.V3Group + "/" + calico.V3Version, "kind": "BGPConfiguration",
+		"metadata": map[string]any{"name": calico.DefaultBGPConfigurationName},
+		"spec":     map[string]any{"nodeToNodeMeshEnabled": false},
+	}}
+	_, err = dyn.Resource(bgpConfigsV3).Create(ctx, mesh, metav1.CreateOptions{})
+	must(t, err)
+	must(t, scenario.InstallRejoin(ctx, c.Config))
+
+	out := c.NodeNames[2]
+	// The agent's pod is bound to its node before the node dies, as a
+	// DaemonSet's is.
+	token, err := scenario.RejoinToken(ctx, c, out)
+	must(t, err)
+	kubeconfig := filepath.Join(c.Dir, "rejoin-"+out+".kubeconfig")
+	must(t, scenario.WriteTokenKubeconfig(c, token, kubeconfig))
+
+	opts := controller.PeeringOptions{
+		Name:   "peering-s12",
+		Config: peering.Config{PruneGracePeriod: 2 * time.Second},
+		State:  controllerState("rebound-peering-s12"),
+		Calico: &calico.PeerOptions{},
+	}
+	ctrl, err := scenario.StartPeeringController(context.Background(), c.Config, opts, testLogWriter(t))
+	must(t, err)
+	t.Cleanup(func() { _ = ctrl.Stop() })
+
+	var peer *unstructured.Unstructured
+	poll(ctx, t, 30*time.Second, "v3 BGPPeer "+calico.DefaultPeerName, func() (bool, string) {
+		peer, err = dyn.Resource(bgpPeersV3).Get(ctx, calico.DefaultPeerName, metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	for _, f := range []string{"nodeSelector", "peerSelector"} {
+		if sel, _, _ := unstructured.NestedString(peer.Object, "spec", f); sel != calico.InSetSelector {
+			t.Fatalf("BGPPeer spec.%s = %q, want %q", f, sel, calico.InSetSelector)
+		}
+	}
+	for _, n := range c.NodeNames {
+		waitInSet(ctx, t, c, n, true, 30*time.Second)
+	}
+	must(t, c.StopNode(ctx, out))
+	waitInSet(ctx, t, c, out, false, time.Minute)
+	if meshed(ctx, t, c, dyn, out) {
+		t.Fatalf("%s is labelled false but the BGPPeer still selects it", out)
+	}
+
+	// The controller goes away.
+	must(t, ctrl.Stop())
+	agentProcess(t, c, out, "--rejoin-only", "--node-name", out, "--kubeconfig", kubeconfig, "--health-addr", "")
+
+	// A node joins: in the mesh without anyone labelling it.
+	joined, err := scenario.AddNode(ctx, c, len(c.NodeNames), time.Minute)
+	must(t, err)
+	if v, ok := joined.Labels[peering.LabelInSet]; ok {
+		t.Errorf("%s has %s=%q with no controller running", joined.Name, peering.LabelInSet, v)
+	}
+	if !meshed(ctx, t, c, dyn, joined.Name) {
+		t.Errorf("the BGPPeer does not select %s, a node that joined while the controller was down", joined.Name)
+	}
+
+	// The node left out returns: its agent puts it back. A watch sees the
+	// two changes with sub-second times, the API records them in whole
+	// seconds.
+	seen := watchRejoin(ctx, t, c, out)
+	must(t, c.StartNode(ctx, out))
+	must(t, c.WaitNodeReady(ctx, out, true, time.Minute))
+	waitInSet(ctx, t, c, out, true, 30*time.Second)
+	if readySeen, rejoinSeen := seen(); !readySeen.IsZero() && !rejoinSeen.IsZero() {
+		metric(t, "s12_rejoin_without_controller_watched", float64(rejoinSeen.Sub(readySeen).Microseconds())/1000, "ms")
+	}
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, out, metav1.GetOptions{})
+	must(t, err)
+	ready, rejoined := scenario.RejoinedAt(n)
+	if ready.IsZero() || rejoined.IsZero() {
+		t.Fatalf("%s: Ready since %v, label written by the rejoin agent at %v (managedFields %v)", out, ready, rejoined, managers(n))
+	}
+	took := rejoined.Sub(ready)
+	metric(t, "s12_rejoin_without_controller", took.Seconds(), "s")
+	// Seconds, not the controller's return: a watch event and one patch,
+	// read in whole seconds on both ends.
+	if took < 0 || took > 5*time.Second {
+		t.Errorf("%s rejoined %s after it turned Ready, want within 5 s", out, took)
+	}
+	if !meshed(ctx, t, c, dyn, out) {
+		t.Errorf("the BGPPeer does not select %s after its agent put it back", out)
+	}
+	for _, name := range append(slices.Clone(c.NodeNames), joined.Name) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		must(t, err)
+		if name != out && slices.Contains(managers(n), "rebound-rejoin") {
+			t.Errorf("%s's rejoin agent wrote %s", out, name)
+		}
+	}
+
+	// The controller returns and agrees: the new node is labelled in,
+	// nobody is left out.
+	startPeeringController(t, c, opts)
+	waitInSet(ctx, t, c, joined.Name, true, 30*time.Second)
+	for _, name := range c.NodeNames {
+		if v, err := inSetLabel(ctx, c, name); err != nil || v != "true" {
+			t.Errorf("after the controller's return %s has %s=%q (%v), want true", name, peering.LabelInSet, v, err)
+		}
+	}
+}
+
+// watchRejoin watches one node and returns a function that stops the
+// watch and says when it first saw the node Ready and then labelled in.
+func watchRejoin(ctx context.Context, t *testing.T, c *sandbox.Cluster, node string) func() (ready, rejoined time.Time) {
+	t.Helper()
+	w, err := c.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+	must(t, err)
+	type seen struct{ ready, rejoined time.Time }
+	done := make(chan seen, 1)
+	go func() {
+		var s seen
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			if s.ready.IsZero() && kubestatus.NodeReady(n) {
+				s.ready = now
+			}
+			if !s.ready.IsZero() && s.rejoined.IsZero() && n.Labels[peering.LabelInSet] == "true" {
+				s.rejoined = now
+			}
+		}
+		done <- s
+	}()
+	return func() (time.Time, time.Time) {
+		w.Stop()
+		s := <-done
+		return s.ready, s.rejoined
+	}
+}
+
+// meshed reports whether the BGPPeer, as stored, selects the node on both
+// ends (nodeSelector and peerSelector), with Calico's selector semantics.
+func meshed(ctx context.Context, t *testing.T, c *sandbox.Cluster, dyn dynamic.Interface, node string) bool {
+	t.Helper()
+	p, err := dyn.Resource(bgpPeersV3).Get(ctx, calico.DefaultPeerName, metav1.GetOptions{})
+	must(t, err)
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	must(t, err)
+	for _, f := range []string{"nodeSelector", "peerSelector"} {
+		sel, _, _ := unstructured.NestedString(p.Object, "spec", f)
+		ok, err := calico.Selects(sel, n.Labels)
+		must(t, err)
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func managers(n *corev1.Node) []string {
+	var out []string
+	for _, mf := range n.ManagedFields {
+		out = append(out, mf.Manager)
+	}
+	return out
+}
+
+// TestS12ControllerOnDeadNode: rebound survives what it rescues. Seven
+// nodes, three of them control-plane. The controller Deployment of
+// deploy/ (control-plane nodes only, required anti-affinity) runs its two
+// pods on two of them (kwok runs them); two `rebound controller`
+// processes with leader election stand for them. The four workers die
+// (PartialDisruption: upstream evicts nothing), then the leader's node and
+// the leader process with it. The other replica takes the Lease and,
+// under the default RecoveryPolicy (which covers rebound-system), rescues
+// the dead replica's pod onto the third control-plane node: anti-affinity
+// keeps it off the survivor's. s12_controller_rescue is the time from the
+// node's NotReady transition to the replacement's Ready one (API
+// timestamps).
+//
+// Were only the survivor's node left (S1: 4 of 5 dead), required
+// anti-affinity would have nowhere to put the replacement and pkg/rescue
+// holds (NoTarget), by design: the survivor leads alone, and the
+// replacement lands once a second control-plane node is back
+// (docs/install.md explains the choice).
+func TestS12ControllerOnDeadNode(t *testing.T) {
+	t.Parallel()
+	c := startSandbox(t, 7, sandbox.FastTimings())
+	ctx := testContext(t, 6*time.Minute)
+	controlPlane := c.NodeNames[:3]
+	for _, name := range controlPlane {
+		patch := `{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}},"spec":{"taints":[{"key":"node-role.kubernetes.io/control-plane","effect":"NoSchedule"}]}}`
+		_, err := c.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		must(t, err)
+	}
+	cl := installRebound(ctx, t, c, repoPath(defaultPolicyFile))
+	applyFiles(ctx, t, cl, false, repoPath("deploy/rbac/service_account.yaml"), repoPath("deploy/controller/deployment.yaml"))
+	w := scenario.Workload{Namespace: "rebound-system", Name: "rebound-controller"}
+
+	var pods []corev1.Pod
+	poll(ctx, t, time.Minute, "both controller pods Ready on two control-plane nodes", func() (bool, string) {
+		list, err := c.Client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller"})
+		if err != nil {
+			return false, err.Error()
+		}
+		pods = list.Items
+		nodes := map[string]bool{}
+		for _, p := range pods {
+			if ready, _ := kubestatus.PodReadySince(&p); ready && slices.Contains(controlPlane, p.Spec.NodeName) {
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+		return len(pods) == 2 && len(nodes) == 2, strings.Join(podSummaries(pods), ", ")
+	})
+	dead, survivor := pods[0].Spec.NodeName, pods[1].Spec.NodeName
+	target := ""
+	for _, n := range controlPlane {
+		if n != dead && n != survivor {
+			target = n
+		}
+	}
+
+	// The leader stands for the pod on the node that dies.
+	leader := startController(t, c)
+	waitLeaseHeld(ctx, t, c)
+	follower := startController(t, c)
+
+	// The workers first, so that the zone is in PartialDisruption (4 of
+	// 7) before the controller's node goes NotReady: upstream then never
+	// taints it, and only rebound can move the pod.
+	obs := scenario.Observe(ctx, c, scenario.NewTimeline(testWriter(t)), w)
+	for _, n := range c.NodeNames[3:] {
+		must(t, c.StopNode(ctx, n))
+	}
+	if _, err := obs.WaitFor(ctx, c.Timings.NodeMonitorGracePeriod+2*time.Minute, "zone enters PartialDisruption", func(s scenario.Snapshot) bool {
+		return s.Zones[zone.DisplayZone(c.ZoneKey)] == "PartialDisruption"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, c.StopNode(ctx, dead))
+	leader.stop(syscall.SIGKILL)
+	must(t, c.WaitNodeReady(ctx, dead, false, time.Minute))
+
+	var rec scenario.Recovery
+	poll(ctx, t, s1PolicyTime+leaseDuration+90*time.Second, "the dead replica's pod replaced on "+target, func() (bool, string) {
+		var err error
+		rec, err = scenario.MeasureRecovery(ctx, c.Client, w, dead, time.Now())
+		if err != nil {
+			return false, err.Error()
+		}
+		return rec.Recovered, fmt.Sprintf("%+v", rec)
+	})
+	metric(t, "s12_controller_rescue", rec.Seconds, "s")
+	if rec.PodNode != target {
+		t.Errorf("replacement on %s, want %s (the control-plane node without a replica)", rec.PodNode, target)
+	}
+	// The policy time, the Lease's takeover and a pass, with slack for
+	// the machine.
+	if bound := s1PolicyTime + leaseDuration + 20*time.Second; rec.Seconds > bound.Seconds() {
+		t.Errorf("the dead replica was replaced %.1f s after its node went NotReady, want under %s", rec.Seconds, bound)
+	}
+	deletes := podDeletesBy(t, c, sandbox.ReboundUser)
+	if len(deletes) != 1 || deletes[0].ObjectRef.Namespace != w.Namespace {
+		var what []string
+		for _, d := range deletes {
+			what = append(what, d.ObjectRef.Namespace+"/"+d.ObjectRef.Name)
+		}
+		t.Errorf("rebound deleted %v, want exactly the dead replica's pod (log %s:\n%s)", what, follower.log, tail(follower.log, 30))
+	}
+	var d appsv1.Deployment
+	must(t, cl.Get(ctx, types.NamespacedName{Namespace: w.Namespace, Name: w.Name}, &d))
+	t.Logf("controller Deployment: %d ready of %d; replacement %s on %s", d.Status.ReadyReplicas, *d.Spec.Replicas, rec.Pod, rec.PodNode)
+}
+
+// waitLeaseHeld waits until a replica holds the controller's Lease.
+func waitLeaseHeld(ctx context.Context, t *testing.T, c *sandbox.Cluster) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := c.Client.CoordinationV1().Leases("rebound-system").Get(ctx, "rebound-controller", metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
+	})
+	if err != nil {
+		t.Fatalf("no replica took the leader-election Lease: %v", err)
+	}
+}
