@@ -190,13 +190,19 @@ func StartAgent(cfg *rest.Config, lab *birdlab.Lab, n *birdlab.Node, opts agent.
 // records a node's address (and, for several BIRDs on one host, the
 // port), so that the controller publishes it. extraLabels are added.
 func AnnotateBGP(ctx context.Context, cs kubernetes.Interface, n *birdlab.Node, extraLabels map[string]string) error {
-	patch := map[string]any{"metadata": map[string]any{
+	meta := map[string]any{
 		"annotations": map[string]string{
 			peering.AnnotationCalicoIPv4: n.Address.String() + "/32",
 			peering.AnnotationBGPPort:    strconv.Itoa(int(n.Port)),
 		},
-		"labels": extraLabels,
-	}}
+	}
+	if len(extraLabels) > 0 {
+		// Only when there are some: "labels": null in a merge patch
+		// deletes every label, the sandbox's heartbeat label with them,
+		// which stops kwok managing the node.
+		meta["labels"] = extraLabels
+	}
+	patch := map[string]any{"metadata": meta}
 	data, err := json.Marshal(patch)
 	if err != nil {
 		return err
