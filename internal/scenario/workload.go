@@ -33,6 +33,9 @@ type Workload struct {
 	// only there (S9 keeps its short Deployment off the node that dies
 	// second).
 	AllowedNodes []string
+	// Requests, when set, are the container's resource requests (S10
+	// sizes its pods so that the Ready node has room for one more).
+	Requests corev1.ResourceList
 }
 
 func (w Workload) String() string { return w.Namespace + "/" + w.Name }
@@ -63,6 +66,9 @@ func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error
 				},
 			},
 		},
+	}
+	if len(w.Requests) > 0 {
+		d.Spec.Template.Spec.Containers[0].Resources.Requests = w.Requests
 	}
 	if w.PreferNode != "" {
 		d.Spec.Template.Spec.Affinity = preferNode(w.PreferNode)
