@@ -470,8 +470,17 @@ func strandedSummary(cp *CriticalPod, maxUnavailable time.Duration, now time.Tim
 	if cp.Terminating {
 		upstream = "moot (already deleted)"
 	}
-	return fmt.Sprintf("node %s NotReady for %s >= maxUnavailableTime %s, upstream eviction %s",
-		cp.Node, now.Sub(cp.NotReadySince).Round(time.Second), maxUnavailable, upstream)
+	// The clock that ran out started at Deadline - maxUnavailableTime,
+	// which is later than the transition when rebound saw the node go
+	// NotReady later (a kubelet clock behind, a restart) or a full
+	// disruption ended since.
+	start := cp.Deadline.Add(-maxUnavailable)
+	clock := ""
+	if start.After(cp.NotReadySince) {
+		clock = fmt.Sprintf(" counted from %s (the transition says %s)", formatTime(start), formatTime(cp.NotReadySince))
+	}
+	return fmt.Sprintf("node %s NotReady for %s%s >= maxUnavailableTime %s, upstream eviction %s",
+		cp.Node, now.Sub(start).Round(time.Second), clock, maxUnavailable, upstream)
 }
 
 // Workloads maps "namespace/pod" to the workload of every pod in the plan,
