@@ -206,7 +206,7 @@ upstream eviction.`,
 	f.StringVar(&peeringNodes, "peering-node-selector", "", "label selector of the nodes that run BGP (default: all nodes)")
 	f.DurationVar(&peeringOpts.Config.Evidence.ReportMaxAge, "peering-report-max-age", 0, "ignore agents' PeeringReports older than this (0: 3m)")
 	f.DurationVar(&peeringOpts.Config.Evidence.MaxClockSkew, "peering-max-clock-skew", 0, "ignore agents' PeeringReports (and session times) further in the future than this (0: 30s)")
-	f.Float64Var(&peeringOpts.Config.MaxLeaveShare, "peering-max-leave-share", 0, "freeze the peer set when more than this share of its members would leave at once without their peers confirming them down (0: 0.5; 1 disables)")
+	f.Float64Var(&peeringOpts.Config.MaxLeaveShare, "peering-max-leave-share", 0, "freeze the peer set when more than this share of its members would leave at once without a quorum confirming them dead, and let no more than this share of the set an incident began with be out at once (0: 0.5; 1 disables)")
 	f.Uint16Var(&peeringOpts.Config.DefaultBGPPort, "bgp-port", 179, "with --peering: the BGP port published for a node without the peering.rebound.dev/bgp-port annotation whose agent does not report one (rebound agent --listen-port, default 179 too)")
 	f.BoolVar(&calicoOn, "calico", false, "with --peering: also publish a Calico BGPPeer (crd.projectcalico.org) that meshes the nodes of the set; see docs/peering-calico.md for turning Calico's node-to-node mesh off")
 	f.DurationVar(&calicoRestart, "calico-max-restart-time", 0, "with --calico: the BGPPeer's maxRestartTime (BIRD's per-peer graceful restart time; 0 keeps Calico's 120s)")
