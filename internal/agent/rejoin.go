@@ -87,6 +87,11 @@ type Rejoiner struct {
 
 	trigger chan struct{}
 
+	// patchedFrom is the resourceVersion of the Node the last successful
+	// patch was based on: until the watch brings the patched object, the
+	// cache still shows that one, and it must not be patched again.
+	patchedFrom string
+
 	mu      sync.Mutex
 	synced  bool
 	rejoins int
@@ -195,11 +200,15 @@ func (r *Rejoiner) reconcile(ctx context.Context, n *corev1.Node) error {
 		r.log.Debug("nothing to do", "why", why)
 		return nil
 	}
+	if n.ResourceVersion != "" && n.ResourceVersion == r.patchedFrom {
+		return nil // our own patch, not in the cache yet
+	}
 	_, err := r.client.CoreV1().Nodes().Patch(ctx, r.node, types.JSONPatchType, rejoinPatch, metav1.PatchOptions{FieldManager: RejoinFieldManager})
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
 	case err == nil:
+		r.patchedFrom = n.ResourceVersion
 		r.rejoins++
 		r.lastErr = ""
 		_, since := kubestatus.NodeReadySince(n)

@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -66,6 +68,7 @@ type rejoinHarness struct {
 	clock *clocktesting.FakeClock
 	done  chan error
 	stop  context.CancelFunc
+	rv    int
 }
 
 func startRejoiner(t *testing.T, cs *fake.Clientset) *rejoinHarness {
@@ -115,10 +118,13 @@ func (h *rejoinHarness) getNode(name string) *corev1.Node {
 func (h *rejoinHarness) label(name string) string { return h.getNode(name).Labels[peering.LabelInSet] }
 
 // setReady writes the Ready condition as a kubelet would (a watch event
-// for the rejoiner, no recorded call).
+// for the rejoiner, no recorded call), with a new resourceVersion, as the
+// API server gives every write (the fake tracker does not).
 func (h *rejoinHarness) setReady(name string, ready bool) {
 	h.t.Helper()
 	n := h.getNode(name)
+	h.rv++
+	n.ResourceVersion = strconv.Itoa(100 + h.rv)
 	n.Status.Conditions[0].Status = corev1.ConditionFalse
 	if ready {
 		n.Status.Conditions[0].Status = corev1.ConditionTrue
@@ -146,6 +152,7 @@ func TestRejoinerPutsItsReturningNodeBack(t *testing.T) {
 	a, b := node("node-a", "10.0.0.1", false), node("node-b", "10.0.0.2", false)
 	for _, n := range []*corev1.Node{a, b} {
 		n.Labels[peering.LabelInSet] = "false"
+		n.ResourceVersion = "1"
 	}
 	a.Status.Conditions[0].Status = corev1.ConditionFalse
 	cs := fake.NewClientset(a, b)
@@ -233,6 +240,11 @@ func TestRejoinRBACMatchesCalls(t *testing.T) {
 	cs := fake.NewClientset(a)
 	h := startRejoiner(t, cs)
 	h.waitFor("node-a back in the set", func() bool { return h.label("node-a") == "true" })
+	// The informer lists, then watches: the watch may start after the
+	// patch.
+	h.waitFor("the watch on the Node", func() bool {
+		return slices.ContainsFunc(cs.Actions(), func(a k8stesting.Action) bool { return a.GetVerb() == "watch" })
+	})
 	h.stop()
 
 	used := sets.New[string]()
