@@ -28,6 +28,7 @@ import (
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
+	"rebound/pkg/policyfile"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
 )
@@ -59,22 +60,13 @@ type Extra struct {
 }
 
 // DefaultPolicy is the policy diagnose assumes when the RecoveryPolicy CRD
-// is not installed: deploy/policy/default-recoverypolicy.yaml, i.e.
-// kube-system pods of priority class system-cluster-critical or
-// system-node-critical, rescued after 30 s.
+// is not installed: deploy/policy/default-recoverypolicy.yaml (the
+// kube-system and rebound-system pods of priority class
+// system-cluster-critical or system-node-critical, rescued after 30 s).
 func DefaultPolicy() *v1alpha1.RecoveryPolicy {
-	p := &v1alpha1.RecoveryPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "default"},
-		Spec: v1alpha1.RecoveryPolicySpec{
-			Critical: v1alpha1.CriticalSelector{
-				Namespaces:         []string{metav1.NamespaceSystem},
-				PriorityClassNames: []string{"system-cluster-critical", "system-node-critical"},
-			},
-			MaxUnavailableTime: &metav1.Duration{Duration: 30 * time.Second},
-		},
-	}
-	p.Spec.Default()
-	return p
+	// One source: the policy deploy/ ships, parsed and defaulted as the
+	// apiserver would (pkg/policyfile).
+	return policyfile.Default()
 }
 
 // everyPodPolicy selects every pod. A second plan under it gives the
