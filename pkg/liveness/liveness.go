@@ -164,7 +164,9 @@ func Assess(in Input, now time.Time) Assessment {
 	}
 	slices.SortStableFunc(observers, func(a, b Report) int { return cmp.Compare(a.Reporter, b.Reporter) })
 
-	counted := map[string]bool{} // reporters whose report decided something
+	// One pass over the observers' sessions tallies every NotReady node's
+	// votes: O(sessions), not O(NotReady nodes x reports x sessions).
+	tallies := make(map[string]*tally)
 	for _, name := range order {
 		n := byName[name]
 		since := n.Transition
@@ -175,7 +177,24 @@ func Assess(in Input, now time.Time) Assessment {
 			out.Nodes[name] = NodeVerdict{Verdict: Alive, Since: since, Reason: "Ready in the API"}
 			continue
 		}
-		out.Nodes[name] = judge(n, since, observers, opts, in.FirstSeen == nil, counted)
+		tallies[name] = &tally{since: since, lastVoter: -1, allBFD: true}
+	}
+	counted := map[string]bool{} // reporters whose report decided something
+	for i, r := range observers {
+		for _, s := range r.Sessions {
+			t := tallies[s.Peer]
+			if t == nil || t.lastVoter == i || !r.ObservedAt.After(t.since) {
+				// Not a NotReady node, a second listing in one report, or a
+				// report read before the node went NotReady (it abstains).
+				continue
+			}
+			t.lastVoter = i
+			counted[r.Reporter] = true
+			t.vote(s, r, opts)
+		}
+	}
+	for name, t := range tallies {
+		out.Nodes[name] = t.verdict(len(observers), in.FirstSeen == nil)
 	}
 	for _, r := range observers {
 		if counted[r.Reporter] {
@@ -189,74 +208,71 @@ func Assess(in Input, now time.Time) Assessment {
 	return out
 }
 
-// judge is the verdict on one NotReady node.
-func judge(n Node, since time.Time, observers []Report, opts Options, noHistory bool, counted map[string]bool) NodeVerdict {
-	v := NodeVerdict{Verdict: Unknown, Since: since}
-	var life, veto string
-	var bfdDown []time.Time // the down voters' BFD-down times, where every one has one
-	allBFD := true
-	for _, r := range observers {
-		if r.Reporter == n.Name {
-			continue
+// tally is one NotReady node's votes.
+type tally struct {
+	since     time.Time
+	lastVoter int // index of the last observer that voted, so one report votes once
+	down, up  int
+	veto      string
+	life      string
+	bfdDown   []time.Time // the down voters' BFD-down times
+	allBFD    bool        // every down voter gave one
+}
+
+func (t *tally) vote(s Session, r Report, opts Options) {
+	if s.Established() || s.BFD == BFDUp {
+		t.up++
+		if t.veto == "" {
+			t.veto = fmt.Sprintf("%s reports its session with it %s (BFD %s)", r.Reporter, s.State, orNone(s.BFD))
 		}
-		v.Observers++
-		if !r.ObservedAt.After(since) {
-			continue // read before the node went NotReady: abstains
+		if why := firstHandLife(s, r, t.since, opts); why != "" && t.life == "" {
+			t.life = why
 		}
-		s, listed := r.session(n.Name)
-		if !listed {
-			continue
-		}
-		switch {
-		case s.Established() || s.BFD == BFDUp:
-			v.UpVotes++
-			counted[r.Reporter] = true
-			if veto == "" {
-				veto = fmt.Sprintf("%s reports its session with it %s (BFD %s)", r.Reporter, s.State, orNone(s.BFD))
-			}
-			if why := firstHandLife(s, r, since, opts); why != "" && life == "" {
-				life = why
-			}
-		default:
-			v.DownVotes++
-			counted[r.Reporter] = true
-			if s.BFD == BFDDown && !s.Since.IsZero() && !s.Since.After(r.ObservedAt) {
-				bfdDown = append(bfdDown, s.Since)
-			} else {
-				allBFD = false
-			}
-		}
+		return
 	}
+	t.down++
+	if s.BFD == BFDDown && !s.Since.IsZero() && !s.Since.After(r.ObservedAt) {
+		t.bfdDown = append(t.bfdDown, s.Since)
+	} else {
+		t.allBFD = false
+	}
+}
+
+// verdict judges one NotReady node from its tally and the number of
+// observers (every fresh Ready reporter: a NotReady node is none of them).
+func (t *tally) verdict(observers int, noHistory bool) NodeVerdict {
+	v := NodeVerdict{Verdict: Unknown, Since: t.since, Observers: observers, DownVotes: t.down, UpVotes: t.up}
 	clock := "rebound's own observation"
 	if noHistory {
 		clock = "the API's transition (no observation history)"
 	}
-	q := Quorum(v.Observers)
+	since := t.since
+	q := Quorum(observers)
 	switch {
-	case life != "":
-		v.Verdict, v.Veto = CutOffFromAPI, veto
-		v.Reason = fmt.Sprintf("NotReady since %s (%s), but alive: %s", stamp(since), clock, life)
-	case veto != "":
-		v.Veto = veto
-		v.Reason = fmt.Sprintf("NotReady since %s (%s); not dead while a live observer has a session with it: %s", stamp(since), clock, veto)
-	case v.Observers > 0 && v.DownVotes >= q:
+	case t.life != "":
+		v.Verdict, v.Veto = CutOffFromAPI, t.veto
+		v.Reason = fmt.Sprintf("NotReady since %s (%s), but alive: %s", stamp(since), clock, t.life)
+	case t.veto != "":
+		v.Veto = t.veto
+		v.Reason = fmt.Sprintf("NotReady since %s (%s); not dead while a live observer has a session with it: %s", stamp(since), clock, t.veto)
+	case observers > 0 && t.down >= q:
 		v.Verdict, v.DownSince = Dead, since
-		v.Reason = fmt.Sprintf("NotReady since %s (%s), and %d of %d fresh Ready observers report its sessions down (quorum %d), none up", stamp(since), clock, v.DownVotes, v.Observers, q)
-		if allBFD && q >= 2 && len(bfdDown) >= q {
+		v.Reason = fmt.Sprintf("NotReady since %s (%s), and %d of %d fresh Ready observers report its sessions down (quorum %d), none up", stamp(since), clock, t.down, observers, q)
+		if t.allBFD && q >= 2 && len(t.bfdDown) >= q {
 			// The quorum agrees on a time only as far as its q-th earliest
 			// member does: each says "down since t", so q of them agree
 			// on the q-th smallest t. A lone observer's time never moves
 			// a clock: no single report decides.
-			slices.SortFunc(bfdDown, func(a, b time.Time) int { return a.Compare(b) })
-			if t := bfdDown[q-1]; t.Before(since) {
-				v.DownSince = t
-				v.Reason += fmt.Sprintf("; their BFD lost it by %s, before the API noticed", stamp(t))
+			slices.SortFunc(t.bfdDown, func(a, b time.Time) int { return a.Compare(b) })
+			if at := t.bfdDown[q-1]; at.Before(since) {
+				v.DownSince = at
+				v.Reason += fmt.Sprintf("; their BFD lost it by %s, before the API noticed", stamp(at))
 			}
 		}
-	case v.Observers == 0:
+	case observers == 0:
 		v.Reason = fmt.Sprintf("NotReady since %s (%s); no fresh Ready observer reports on it, so the API alone speaks", stamp(since), clock)
 	default:
-		v.Reason = fmt.Sprintf("NotReady since %s (%s); %d of %d fresh Ready observers report its sessions down, short of the quorum of %d", stamp(since), clock, v.DownVotes, v.Observers, q)
+		v.Reason = fmt.Sprintf("NotReady since %s (%s); %d of %d fresh Ready observers report its sessions down, short of the quorum of %d", stamp(since), clock, t.down, observers, q)
 	}
 	return v
 }

@@ -134,6 +134,11 @@ func TestAssess(t *testing.T) {
 			wantDown: ago(90 * time.Second),
 		},
 		{
+			name: "a liar listing the node twice votes once", nodes: five, subject: "x", want: Unknown,
+			reports: []Report{report("a", ago(time.Second), lost("x"), lost("x")), report("b", ago(2*time.Minute)), report("c", ago(2*time.Minute))},
+			words:   "1 of 3",
+		},
+		{
 			name: "a recovering BIRD knows nothing", subject: "x", want: Unknown,
 			nodes:   []Node{up("a"), down("x", ago(time.Minute))},
 			reports: []Report{{Reporter: "a", ObservedAt: ago(time.Second), Recovering: true, Sessions: []Session{lost("x")}}},
