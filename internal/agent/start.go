@@ -33,7 +33,7 @@ type StartPeer struct {
 	Alive bool
 	// Unreachable is fresh evidence that a Ready peer is not: every working
 	// member of the mesh (Ready, BIRD out of recovery, at least one session
-	// Established) reports its session down (peering.LostByMesh, published
+	// Established) reports its session down (liveness.Assessment.Lost, published
 	// by the controller as PublishedPeer.Lost). It is what the API has not
 	// caught up with yet: a node is NotReady only after
 	// node-monitor-grace-period (40 s), BFD notices in a second.

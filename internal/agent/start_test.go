@@ -4,7 +4,9 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -37,21 +39,31 @@ func TestStartKeeps(t *testing.T) {
 // returns 10 s later, before the API marks the others NotReady. The live
 // members' BFD already lost them: only the live nodes are rendered.
 func TestStartPeersSeed003(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	var peers []StartPeer
-	var reporters []peering.Reporter
+	var nodes []liveness.Node
+	var reports []liveness.Report
 	dead := map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true}
 	for i := range 10 {
 		name := nodeName(i)
+		nodes = append(nodes, liveness.Node{Name: name, Ready: true}) // the API has not noticed yet
 		if i != 1 && !dead[i] {
-			s := map[string]bool{}
+			r := liveness.Report{Reporter: name, ObservedAt: now.Add(-time.Second)}
 			for j := range 10 {
-				if j != i {
-					s[nodeName(j)] = !dead[j]
+				if j == i {
+					continue
 				}
+				state := peering.StateEstablished
+				if dead[j] {
+					state = "Active"
+				}
+				r.Sessions = append(r.Sessions, liveness.Session{Peer: nodeName(j), State: state})
 			}
-			reporters = append(reporters, peering.Reporter{Name: name, Working: true, Sessions: s})
+			reports = append(reports, r)
 		}
 	}
+	// The controller publishes liveness's Lost as PublishedPeer.Lost.
+	lost := liveness.Assess(liveness.Input{Nodes: nodes, Reports: reports}, now).Lost
 	for i := range 10 {
 		if i == 1 {
 			continue
@@ -59,39 +71,14 @@ func TestStartPeersSeed003(t *testing.T) {
 		name := nodeName(i)
 		peers = append(peers, StartPeer{
 			Peer:        bird.Peer{Name: name, Address: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
-			Ready:       true, // the API has not noticed yet
-			Unreachable: peering.LostByMesh(name, reporters),
+			Ready:       true,
+			Unreachable: lost[name] != "",
 		})
 	}
 	got := peerNames(StartPeers(peers))
 	want := []string{"node-0", "node-6", "node-7", "node-8", "node-9"}
 	if !equalStrings(got, want) {
 		t.Errorf("start set %v, want the live nodes %v", got, want)
-	}
-}
-
-func TestLostByMesh(t *testing.T) {
-	working := func(name string, s map[string]bool) peering.Reporter {
-		return peering.Reporter{Name: name, Working: true, Sessions: s}
-	}
-	tests := []struct {
-		name      string
-		reporters []peering.Reporter
-		want      bool
-	}{
-		{"no reporter says nothing", nil, false},
-		{"every working reporter lost it", []peering.Reporter{working("a", map[string]bool{"x": false}), working("b", map[string]bool{"x": false})}, true},
-		{"one working reporter still has it", []peering.Reporter{working("a", map[string]bool{"x": false}), working("b", map[string]bool{"x": true})}, false},
-		{"reporters that do not peer with it say nothing", []peering.Reporter{working("a", map[string]bool{"y": true})}, false},
-		{"a starting reporter (every BIRD restarting at once) says nothing", []peering.Reporter{{Name: "a", Sessions: map[string]bool{"x": false}}}, false},
-		{"its own report is not evidence", []peering.Reporter{working("x", map[string]bool{"x": false})}, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := peering.LostByMesh("x", tc.reporters); got != tc.want {
-				t.Errorf("LostByMesh = %v, want %v", got, tc.want)
-			}
-		})
 	}
 }
 

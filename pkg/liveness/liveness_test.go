@@ -248,3 +248,32 @@ func FuzzAssess(f *testing.F) {
 		}
 	})
 }
+
+// TestAssessLost: a Ready node is lost only when every working reporter
+// lists its session down, and at least one does.
+func TestAssessLost(t *testing.T) {
+	nodes := []Node{up("a"), up("b"), up("x")}
+	working := func(name string, sessions ...Session) Report {
+		return Report{Reporter: name, ObservedAt: ago(time.Second), Established: 1, Sessions: sessions}
+	}
+	tests := []struct {
+		name    string
+		reports []Report
+		want    bool
+	}{
+		{"no reporter says nothing", nil, false},
+		{"every working reporter lost it", []Report{working("a", lost("x")), working("b", lost("x"))}, true},
+		{"one working reporter still has it", []Report{working("a", lost("x")), working("b", est("x", ago(time.Hour)))}, false},
+		{"a reporter that does not list it has it (compact reports)", []Report{working("a", lost("x")), working("b")}, false},
+		{"a reporter with no live session says nothing", []Report{report("a", ago(time.Second), lost("x"))}, false},
+		{"its own report is not evidence", []Report{working("x", lost("x"))}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Assess(Input{Nodes: nodes, Reports: tc.reports}, t0).Lost["x"] != ""
+			if got != tc.want {
+				t.Errorf("lost = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
