@@ -10,7 +10,7 @@ import (
 // lets an agent's credential write only the report named after the node
 // its token is bound to, so a node can speak only for itself.
 //
-// It is compact on purpose (issue 10): sessions with peers the published
+// It is compact on purpose: sessions with peers the published
 // set marks Ready and that are Established are only counted; every other
 // session (any session with a peer the set marks NotReady, and any session
 // that is not Established) is listed with the time BIRD shows for its last
@@ -26,8 +26,60 @@ type PeeringReport struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// Report is what the agent read from BIRD.
-	Report PeeringReportData `json:"report"`
+	// Report is what the agent read from BIRD; absent when the agent runs
+	// no BIRD (rebound agent --gossip-only).
+	// +optional
+	Report PeeringReportData `json:"report,omitzero"`
+
+	// Gossip is what the agent's own probes saw of the members it watches
+	// on the agents' gossip ring; absent when the agent does not gossip.
+	// It is written by its own field manager, so that the BGP read and
+	// the gossip read of one agent never overwrite each other.
+	// +optional
+	Gossip *GossipReport `json:"gossip,omitempty"`
+}
+
+// GossipReport is one agent's first-hand read of the members it watches.
+// Each agent watches the few members it follows on a hash ring of the
+// members (pkg/liveness Watchers), so a death is written by that many
+// agents whatever the cluster's size, and nothing is written while
+// nothing changes.
+type GossipReport struct {
+	// ObservedAt is when the agent last wrote this read (the agent's
+	// clock); it rewrites it on any change and refreshes it at its report
+	// interval, so that the controller can tell a live watcher from one
+	// that stopped.
+	// +kubebuilder:validation:Required
+	ObservedAt metav1.Time `json:"observedAt"`
+	// Members counts the members the agent's membership holds alive,
+	// itself included.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Members int32 `json:"members,omitempty"`
+	// Watches lists the members this agent watches, with what its own
+	// direct probes say of each. Sorted by node.
+	// +optional
+	// +listType=map
+	// +listMapKey=node
+	// +kubebuilder:validation:MaxItems=64
+	Watches []GossipWatch `json:"watches,omitempty"`
+}
+
+// GossipWatch is what one agent's own probes say of one member.
+type GossipWatch struct {
+	// Node is the member's node name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+	// State is Alive (its last direct probe was answered) or Dead (the
+	// membership declared it dead and this agent's own direct probes
+	// went unanswered too).
+	// +kubebuilder:validation:Enum=Alive;Dead
+	State string `json:"state"`
+	// Since is when this agent's probes first saw the member in State
+	// (the agent's clock).
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 }
 
 // PeeringReportData is one read of BIRD's sessions.

@@ -93,7 +93,7 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 	// The liveness verdicts from the same model the controller's planners
 	// read. diagnose has no observation history, so its clocks are the
 	// API's transitions, and each verdict's reason says so.
-	s.Verdicts = kube.AssessReports(s.Nodes, x.PeeringReports, nil, s.Now, liveness.Options{}).Nodes
+	s.Verdicts = kube.AssessReports(s.Nodes, x.PeeringReports, nil, nil, s.Now, liveness.Options{}).Nodes
 
 	s.Policies, err = listPolicies(ctx, c)
 	switch {

@@ -75,7 +75,10 @@ type Input struct {
 	// means the caller has no history (a one-shot CLI): the API's times
 	// are taken as they are, and the verdict says so.
 	FirstSeen map[string]time.Time
-	Options   Options
+	// Leases maps a node to what rebound saw of its Lease (LeaseTracker);
+	// a node missing has no Lease plane: it is never judged early.
+	Leases  map[string]Lease
+	Options Options
 }
 
 // NodeVerdict is one node's verdict with its evidence. Its texts name no
@@ -102,6 +105,27 @@ type NodeVerdict struct {
 	Observers int `json:"observers"`
 	DownVotes int `json:"downVotes"`
 	UpVotes   int `json:"upVotes"`
+
+	// The Lease plane: when rebound last saw the node's Lease renewed (its
+	// own clock), and whether that is longer ago than the renew interval
+	// plus Options.LeaseMargin. Zero and false without a Lease plane.
+	LeaseRenewSeen time.Time `json:"leaseRenewSeen,omitzero"`
+	LeaseStale     bool      `json:"leaseStale,omitempty"`
+	// The gossip plane: how many agents watch the node on the gossip ring
+	// and how many of them, by their own direct probes, say it is dead
+	// or alive.
+	GossipWatchers int `json:"gossipWatchers,omitempty"`
+	GossipDown     int `json:"gossipDown,omitempty"`
+	GossipUp       int `json:"gossipUp,omitempty"`
+	// Early: Dead on both planes (Lease stale and a quorum of its gossip
+	// watchers, none alive) while the API still has the node Ready, its
+	// node grace period not run out.
+	Early bool `json:"early,omitempty"`
+	// DetectedAt is, for a Dead verdict the two planes support, when the
+	// Lease went stale on rebound's clock: the verdict's moment, from
+	// which policies with spec.detection TwoPlanes count
+	// maxUnavailableTime. Zero otherwise.
+	DetectedAt time.Time `json:"detectedAt,omitzero"`
 }
 
 // Assessment is the verdict for every node.
@@ -163,6 +187,7 @@ func Assess(in Input, now time.Time) Assessment {
 		}
 	}
 	slices.SortStableFunc(observers, func(a, b Report) int { return cmp.Compare(a.Reporter, b.Reporter) })
+	p := newPlanes(in, byName, now, opts)
 
 	// One pass over the observers' sessions tallies every NotReady node's
 	// votes: O(sessions), not O(NotReady nodes x reports x sessions).
@@ -174,7 +199,7 @@ func Assess(in Input, now time.Time) Assessment {
 			since = seen
 		}
 		if n.Ready {
-			out.Nodes[name] = NodeVerdict{Verdict: Alive, Since: since, Reason: "Ready in the API"}
+			out.Nodes[name] = p.judgeReady(name, NodeVerdict{Verdict: Alive, Since: since, Reason: "Ready in the API"})
 			continue
 		}
 		tallies[name] = &tally{since: since, lastVoter: -1, allBFD: true}
@@ -194,7 +219,10 @@ func Assess(in Input, now time.Time) Assessment {
 		}
 	}
 	for name, t := range tallies {
-		out.Nodes[name] = t.verdict(len(observers), in.FirstSeen == nil)
+		out.Nodes[name] = p.judgeNotReady(name, t.verdict(len(observers), in.FirstSeen == nil))
+	}
+	if !p.staleAt.IsZero() && (out.StaleAt.IsZero() || p.staleAt.Before(out.StaleAt)) {
+		out.StaleAt = p.staleAt
 	}
 	for _, r := range observers {
 		if counted[r.Reporter] {
@@ -348,13 +376,7 @@ func (r Report) working() bool {
 	return false
 }
 
-func fresh(r Report, now time.Time, opts Options) bool {
-	if r.ObservedAt.IsZero() {
-		return false
-	}
-	age := now.Sub(r.ObservedAt)
-	return age <= opts.ReportMaxAge && age >= -opts.MaxClockSkew
-}
+func fresh(r Report, now time.Time, opts Options) bool { return freshAt(r.ObservedAt, now, opts) }
 
 func orNone(s string) string {
 	if s == "" {

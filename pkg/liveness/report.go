@@ -55,6 +55,88 @@ type Report struct {
 	Established int
 	// Sessions lists the other sessions, sorted by peer.
 	Sessions []Session
+	// Gossip is the reporter's gossip read; nil when it does not gossip.
+	// A gossip-only reporter (no BIRD) has a zero ObservedAt and no
+	// sessions: it observes only through Gossip.
+	Gossip *GossipReport
+}
+
+// Gossip states of a watched member.
+const (
+	GossipAlive = "Alive"
+	GossipDead  = "Dead"
+)
+
+// GossipReport is one agent's first-hand read of the members it watches on
+// the gossip ring (Watchers).
+type GossipReport struct {
+	// ObservedAt is when the agent wrote it (the agent's clock).
+	ObservedAt time.Time
+	// Members counts the members alive in the agent's membership.
+	Members int
+	// Watches are the members it watches, sorted by node.
+	Watches []Watch
+}
+
+// Watch is what one agent's own probes say of one member.
+type Watch struct {
+	Node string
+	// State is GossipAlive or GossipDead.
+	State string
+	// Since is when the agent's probes first saw the member in State (the
+	// agent's clock); zero when unknown.
+	Since time.Time
+}
+
+// Of returns what the report says of node, if it watches it.
+func (g *GossipReport) Of(node string) (Watch, bool) {
+	if g == nil {
+		return Watch{}, false
+	}
+	i, ok := slices.BinarySearchFunc(g.Watches, node, func(w Watch, n string) int { return cmp.Compare(w.Node, n) })
+	if !ok {
+		return Watch{}, false
+	}
+	return g.Watches[i], true
+}
+
+// SameContent reports whether two gossip reads say the same, whatever
+// their ObservedAt.
+func (g *GossipReport) SameContent(o *GossipReport) bool {
+	if g == nil || o == nil {
+		return g == o
+	}
+	return g.Members == o.Members && slices.EqualFunc(g.Watches, o.Watches, func(a, b Watch) bool {
+		return a.Node == b.Node && a.State == b.State && a.Since.Equal(b.Since)
+	})
+}
+
+// Validate names what a gossip read lacks to be read at all.
+func (g *GossipReport) Validate(reporter string) error {
+	if g == nil {
+		return nil
+	}
+	var errs []error
+	if g.ObservedAt.IsZero() {
+		errs = append(errs, fmt.Errorf("report %s: gossip.observedAt is missing", reporter))
+	}
+	if g.Members < 0 {
+		errs = append(errs, fmt.Errorf("report %s: gossip.members must not be negative", reporter))
+	}
+	for i, w := range g.Watches {
+		switch {
+		case w.Node == "":
+			errs = append(errs, fmt.Errorf("report %s: gossip.watches[%d].node is empty", reporter, i))
+		case w.Node == reporter:
+			errs = append(errs, fmt.Errorf("report %s: gossip.watches[%d].node is the reporter itself: a node never speaks for itself", reporter, i))
+		case i > 0 && g.Watches[i-1].Node >= w.Node:
+			errs = append(errs, fmt.Errorf("report %s: gossip.watches[%d].node %q is listed twice or out of order (want sorted by node)", reporter, i, w.Node))
+		}
+		if w.State != GossipAlive && w.State != GossipDead {
+			errs = append(errs, fmt.Errorf("report %s: gossip.watches[%d].state %q: want %s or %s", reporter, i, w.State, GossipAlive, GossipDead))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Session is one BGP session of the reporter.
@@ -120,9 +202,13 @@ func (r Report) Validate() error {
 	if r.Reporter == "" {
 		errs = append(errs, errors.New("report: metadata.name (the reporter node) is empty"))
 	}
-	if r.ObservedAt.IsZero() {
+	if r.ObservedAt.IsZero() && r.Gossip == nil {
 		errs = append(errs, fmt.Errorf("report %s: report.observedAt is missing", r.Reporter))
 	}
+	if r.ObservedAt.IsZero() && (len(r.Sessions) > 0 || r.Established > 0) {
+		errs = append(errs, fmt.Errorf("report %s: report.peers without report.observedAt", r.Reporter))
+	}
+	errs = append(errs, r.Gossip.Validate(r.Reporter))
 	if r.Established < 0 || r.SetGeneration < 0 {
 		errs = append(errs, fmt.Errorf("report %s: report.established and report.setGeneration must not be negative", r.Reporter))
 	}

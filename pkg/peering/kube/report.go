@@ -32,6 +32,16 @@ func ReportFromAPI(obj *v1alpha1.PeeringReport) (peering.Report, error) {
 		}
 		r.Sessions = append(r.Sessions, s)
 	}
+	if g := obj.Gossip; g != nil {
+		r.Gossip = &liveness.GossipReport{ObservedAt: g.ObservedAt.Time, Members: int(g.Members)}
+		for _, w := range g.Watches {
+			lw := liveness.Watch{Node: w.Node, State: w.State}
+			if w.Since != nil {
+				lw.Since = w.Since.Time
+			}
+			r.Gossip.Watches = append(r.Gossip.Watches, lw)
+		}
+	}
 	if err := r.Validate(); err != nil {
 		return peering.Report{}, fmt.Errorf("PeeringReport %s: %w", obj.Name, err)
 	}
@@ -65,6 +75,26 @@ func ReportToAPI(r peering.Report) *v1alpha1.PeeringReport {
 	return obj
 }
 
+// GossipToAPI is the object an agent's gossip writer applies for its read
+// g: only the gossip field, under its own field manager, so that it never
+// touches what the BGP writer owns. Times are kept to the second.
+func GossipToAPI(reporter string, g liveness.GossipReport) *v1alpha1.PeeringReport {
+	obj := &v1alpha1.PeeringReport{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PeeringReport"},
+		ObjectMeta: metav1.ObjectMeta{Name: reporter, Labels: map[string]string{"app.kubernetes.io/managed-by": "rebound-agent"}},
+		Gossip:     &v1alpha1.GossipReport{ObservedAt: metav1.NewTime(g.ObservedAt.Truncate(time.Second)), Members: int32(g.Members)},
+	}
+	for _, w := range g.Watches {
+		aw := v1alpha1.GossipWatch{Node: w.Node, State: w.State}
+		if !w.Since.IsZero() {
+			t := metav1.NewTime(w.Since.Truncate(time.Second))
+			aw.Since = &t
+		}
+		obj.Gossip.Watches = append(obj.Gossip.Watches, aw)
+	}
+	return obj
+}
+
 // PeerSetFromConfigMap reads the published set from its ConfigMap.
 func PeerSetFromConfigMap(cm *corev1.ConfigMap) (peering.PeerSet, error) {
 	data, ok := cm.Data[peering.PeerSetKey]
@@ -82,20 +112,20 @@ func PeerSetFromConfigMap(cm *corev1.ConfigMap) (peering.PeerSet, error) {
 // that the recovery planner (rescue.Snapshot.Verdicts) and diagnose read.
 // Reports that cannot be read are left out. firstSeen is the caller's
 // liveness.Tracker, nil for a one-shot CLI.
-func Assess(nodes []*corev1.Node, reports []v1alpha1.PeeringReport, firstSeen map[string]time.Time, now time.Time, opts liveness.Options) liveness.Assessment {
+func Assess(nodes []*corev1.Node, reports []v1alpha1.PeeringReport, firstSeen map[string]time.Time, leases map[string]liveness.Lease, now time.Time, opts liveness.Options) liveness.Assessment {
 	rs := make([]peering.Report, 0, len(reports))
 	for i := range reports {
 		if r, err := ReportFromAPI(&reports[i]); err == nil {
 			rs = append(rs, r)
 		}
 	}
-	return AssessReports(nodes, rs, firstSeen, now, opts)
+	return AssessReports(nodes, rs, firstSeen, leases, now, opts)
 }
 
 // AssessReports is Assess over reports already read (diagnose reads them
-// through the dynamic client).
-func AssessReports(nodes []*corev1.Node, reports []peering.Report, firstSeen map[string]time.Time, now time.Time, opts liveness.Options) liveness.Assessment {
-	return liveness.Assess(liveness.Input{Nodes: LivenessNodes(nodes), Reports: reports, FirstSeen: firstSeen, Options: opts}, now)
+// through the dynamic client). leases is the Lease plane (nil: none).
+func AssessReports(nodes []*corev1.Node, reports []peering.Report, firstSeen map[string]time.Time, leases map[string]liveness.Lease, now time.Time, opts liveness.Options) liveness.Assessment {
+	return liveness.Assess(liveness.Input{Nodes: LivenessNodes(nodes), Reports: reports, FirstSeen: firstSeen, Leases: leases, Options: opts}, now)
 }
 
 // LivenessNodes reads what the liveness model needs of each Node.

@@ -1,0 +1,294 @@
+package liveness
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+)
+
+// The second and third planes: the node's Lease (the kubelet's path to the
+// API) and the gossip between the agents (the node network). Either alone
+// is never enough: a stale Lease is also what a cut between one node and
+// the API looks like, and a lost probe what a bad link looks like. Both
+// together say the node is gone, or so cut off that nothing it runs can
+// serve anyone, and they say it seconds after death rather than at the
+// end of kube-controller-manager's node grace period.
+
+// MaxWatchers bounds Options.Watchers (and the agents' watch lists).
+const MaxWatchers = 7
+
+// Lease is what rebound saw of a node's Lease.
+type Lease struct {
+	// RenewSeen is when rebound last saw the Lease's renewTime change, on
+	// rebound's clock (the moment its watch delivered the change, never
+	// the renewTime the kubelet wrote with its own clock). A controller
+	// that just started has seen no renewal: it takes its first sight
+	// as one, the conservative side.
+	RenewSeen time.Time
+	// RenewInterval is how often the kubelet renews it: a quarter of
+	// spec.leaseDurationSeconds, the kubelet's fixed fraction.
+	RenewInterval time.Duration
+}
+
+// StaleAt is when the Lease plane calls the node gone if no renewal is
+// seen before: the renew interval plus the margin after the last one
+// rebound saw. Zero when the Lease says nothing (no renewal seen, or no
+// interval).
+func (l Lease) StaleAt(margin time.Duration) time.Time {
+	if l.RenewSeen.IsZero() || l.RenewInterval <= 0 {
+		return time.Time{}
+	}
+	return l.RenewSeen.Add(l.RenewInterval + margin)
+}
+
+// Watchers returns the k members that watch node: the k that follow it on
+// a hash ring of members (node itself is always placed on the ring, so a
+// dead member's watchers are the same whether or not a view still holds
+// it). The agents and the controller compute it alike; a member whose
+// view differs votes where the controller does not listen, which only
+// withholds a vote. The hash spreads neighbours in name order (node-1,
+// node-2) apart, so that one rack's or one zone's nodes do not watch each
+// other only.
+func Watchers(node string, members []string, k int) []string {
+	ring := sortedRing(node, members)
+	at := slices.Index(ring, node)
+	if k > len(ring)-1 {
+		k = len(ring) - 1
+	}
+	out := make([]string, 0, max(k, 0))
+	for i := 1; i <= k; i++ {
+		out = append(out, ring[(at+i)%len(ring)])
+	}
+	return out
+}
+
+// Watched returns the members self watches, sorted: those whose Watchers
+// include self, which are the k members before it on the ring.
+// O(members log members).
+func Watched(self string, members []string, k int) []string {
+	ring := sortedRing(self, members)
+	at := slices.Index(ring, self)
+	k = min(k, len(ring)-1)
+	out := make([]string, 0, max(k, 0))
+	for i := 1; i <= k; i++ {
+		out = append(out, ring[(at-i+len(ring))%len(ring)])
+	}
+	slices.Sort(out)
+	return out
+}
+
+// sortedRing is members and node in ring order, each once.
+func sortedRing(node string, members []string) []string {
+	ring := make([]string, 0, len(members)+1)
+	ring = append(ring, node)
+	ring = append(ring, members...)
+	slices.SortFunc(ring, func(a, b string) int {
+		if c := cmp.Compare(ringHash(a), ringHash(b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	return slices.Compact(ring)
+}
+
+func ringHash(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64()
+}
+
+// gossipPlane is one node's gossip votes: its watchers (on the ring of the
+// fresh gossip reporters), how many say dead, and the first that says
+// alive.
+type gossipPlane struct {
+	watchers   int
+	down, up   int
+	alive      string // the first watcher that says Alive, in words
+	downVoters []string
+}
+
+func (g gossipPlane) dead() bool {
+	return g.watchers >= 2 && g.up == 0 && g.down >= Quorum(g.watchers)
+}
+
+// gossipVotes tallies node's watchers. ring holds the reporters with a
+// fresh gossip read; voters those whose vote counts (Ready in the API,
+// their own Lease not stale): a watcher that is not a voter abstains, and
+// an abstention counts against the quorum, like a watcher that is silent.
+func gossipVotes(node string, ring []string, gossip map[string]*GossipReport, voter func(string) bool, k int) gossipPlane {
+	ws := Watchers(node, ring, k)
+	g := gossipPlane{watchers: len(ws)}
+	for _, w := range ws {
+		if !voter(w) {
+			continue
+		}
+		watch, ok := gossip[w].Of(node)
+		if !ok {
+			continue
+		}
+		switch watch.State {
+		case GossipDead:
+			g.down++
+			g.downVoters = append(g.downVoters, w)
+		case GossipAlive:
+			g.up++
+			if g.alive == "" {
+				g.alive = fmt.Sprintf("%s, one of its %d gossip watchers, has it Alive since %s", w, len(ws), stamp(watch.Since))
+			}
+		}
+	}
+	return g
+}
+
+func (g gossipPlane) String() string {
+	return fmt.Sprintf("%d of its %d gossip watchers say dead, %d alive", g.down, g.watchers, g.up)
+}
+
+// planes holds what one Assess reads of the Lease and gossip planes.
+type planes struct {
+	in      Input
+	byName  map[string]Node
+	now     time.Time
+	opts    Options
+	gossip  map[string]*GossipReport // fresh gossip reads, by reporter
+	ring    []string                 // their reporters
+	// staleAt is the earliest time the answer may change with no new
+	// input: a gossip read that counts ages out, or the Lease of a node
+	// that watchers say is dead goes stale.
+	staleAt time.Time
+}
+
+func (p *planes) wakeAt(t time.Time) {
+	if t.After(p.now) && (p.staleAt.IsZero() || t.Before(p.staleAt)) {
+		p.staleAt = t
+	}
+}
+
+func newPlanes(in Input, byName map[string]Node, now time.Time, opts Options) *planes {
+	p := &planes{in: in, byName: byName, now: now, opts: opts, gossip: map[string]*GossipReport{}}
+	for _, r := range in.Reports {
+		if _, known := byName[r.Reporter]; !known || r.Gossip == nil || !freshAt(r.Gossip.ObservedAt, now, opts) {
+			continue
+		}
+		if _, dup := p.gossip[r.Reporter]; dup {
+			continue
+		}
+		p.gossip[r.Reporter] = r.Gossip
+		p.ring = append(p.ring, r.Reporter)
+		p.wakeAt(r.Gossip.ObservedAt.Add(opts.ReportMaxAge).Add(time.Millisecond))
+	}
+	slices.Sort(p.ring)
+	return p
+}
+
+// lease fills the Lease plane of v; known is false without one.
+func (p *planes) lease(name string, v *NodeVerdict) (staleAt time.Time, known bool) {
+	l, ok := p.in.Leases[name]
+	if !ok {
+		return time.Time{}, false
+	}
+	staleAt = l.StaleAt(p.opts.LeaseMargin)
+	if staleAt.IsZero() {
+		return time.Time{}, false
+	}
+	v.LeaseRenewSeen = l.RenewSeen
+	v.LeaseStale = p.now.After(staleAt)
+	return staleAt, true
+}
+
+// voter: a gossip watcher's vote counts only while it is Ready in the API
+// and its own Lease is not stale; a watcher that is itself in doubt
+// abstains.
+func (p *planes) voter(name string) bool {
+	n, ok := p.byName[name]
+	if !ok || !n.Ready {
+		return false
+	}
+	var v NodeVerdict
+	_, _ = p.lease(name, &v)
+	return !v.LeaseStale
+}
+
+func (p *planes) votes(name string, v *NodeVerdict) gossipPlane {
+	if len(p.ring) == 0 {
+		return gossipPlane{}
+	}
+	g := gossipVotes(name, p.ring, p.gossip, p.voter, p.opts.Watchers)
+	v.GossipWatchers, v.GossipDown, v.GossipUp = g.watchers, g.down, g.up
+	return g
+}
+
+// judgeReady: a node the API has Ready is Dead early only when both planes
+// say so; its Lease stale while a watcher has it alive is CutOffFromAPI
+// (no early action); anything else leaves it Alive, upstream's view.
+func (p *planes) judgeReady(name string, v NodeVerdict) NodeVerdict {
+	staleAt, known := p.lease(name, &v)
+	g := p.votes(name, &v)
+	if known && !v.LeaseStale && g.down > 0 {
+		// Watchers already say dead: look again the moment the Lease
+		// goes stale, rather than at the next event.
+		p.wakeAt(staleAt.Add(time.Millisecond))
+	}
+	if !known || !v.LeaseStale {
+		return v
+	}
+	age := p.now.Sub(v.LeaseRenewSeen).Round(100 * time.Millisecond)
+	switch {
+	case g.up > 0:
+		v.Verdict, v.Veto = CutOffFromAPI, g.alive
+		v.Reason = fmt.Sprintf("Ready in the API, its Lease not renewed for %s on rebound's clock, but alive: %s", age, g.alive)
+	case g.dead():
+		v.Verdict, v.Early, v.DetectedAt, v.DownSince = Dead, true, staleAt, staleAt
+		v.Reason = fmt.Sprintf("Ready in the API, but dead on both planes: its Lease not renewed for %s on rebound's clock (stale since %s), and %s (%v), none alive", age, stamp(staleAt), g, g.downVoters)
+	default:
+		v.Reason = fmt.Sprintf("Ready in the API; its Lease not renewed for %s on rebound's clock, but the gossip plane does not corroborate: %s", age, g)
+		if g.watchers < 2 {
+			v.Reason = fmt.Sprintf("Ready in the API; its Lease not renewed for %s on rebound's clock, but it has %d gossip watchers, fewer than the two a death needs", age, g.watchers)
+		}
+	}
+	return v
+}
+
+// judgeNotReady adds the Lease and gossip planes to the API and BGP
+// verdict v: a watcher with the node alive is first-hand life; a quorum
+// of its watchers dead, with its Lease not renewing, is death (as good as
+// a BGP quorum, and it needs no BGP: BIRD without BFD has none to give).
+func (p *planes) judgeNotReady(name string, v NodeVerdict) NodeVerdict {
+	staleAt, known := p.lease(name, &v)
+	g := p.votes(name, &v)
+	switch {
+	case v.Verdict == CutOffFromAPI:
+	case g.up > 0:
+		v.Verdict, v.DownSince = CutOffFromAPI, time.Time{}
+		if v.Veto == "" {
+			v.Veto = g.alive
+		}
+		v.Reason = fmt.Sprintf("NotReady since %s, but alive: %s", stamp(v.Since), g.alive)
+	case v.Veto != "":
+	case g.dead() && (!known || v.LeaseStale):
+		if v.Verdict != Dead {
+			v.Verdict, v.DownSince = Dead, v.Since
+			v.Reason = fmt.Sprintf("NotReady since %s, and %s (%v), none alive", stamp(v.Since), g, g.downVoters)
+		} else {
+			v.Reason += fmt.Sprintf("; gossip agrees: %s", g)
+		}
+		if known {
+			v.DetectedAt = staleAt
+			if staleAt.Before(v.DownSince) {
+				v.DownSince = staleAt
+				v.Reason += fmt.Sprintf("; its Lease went stale at %s on rebound's clock", stamp(staleAt))
+			}
+		}
+	}
+	return v
+}
+
+func freshAt(at, now time.Time, opts Options) bool {
+	if at.IsZero() {
+		return false
+	}
+	age := now.Sub(at)
+	return age <= opts.ReportMaxAge && age >= -opts.MaxClockSkew
+}
