@@ -148,12 +148,12 @@ func (g gossipPlane) String() string {
 
 // planes holds what one Assess reads of the Lease and gossip planes.
 type planes struct {
-	in      Input
-	byName  map[string]Node
-	now     time.Time
-	opts    Options
-	gossip  map[string]*GossipReport // fresh gossip reads, by reporter
-	ring    []string                 // their reporters
+	in     Input
+	byName map[string]Node
+	now    time.Time
+	opts   Options
+	gossip map[string]*GossipReport // fresh gossip reads, by reporter
+	ring   []string                 // their reporters
 	// staleAt is the earliest time the answer may change with no new
 	// input: a gossip read that counts ages out, or the Lease of a node
 	// that watchers say is dead goes stale.
