@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +47,9 @@ func cacheByObject() map[client.Object]cache.ByObject {
 		&corev1.PersistentVolumeClaim{}: {Transform: trimPVC},
 		&corev1.Namespace{}:             {Transform: trimNamespace},
 		&v1alpha1.RecoveryPolicy{}:      {Transform: trimPolicy},
+		// Only the nodes' Leases, for the Lease plane (lease_plane.go): the
+		// leader-election Lease is read by its own client.
+		&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{corev1.NamespaceNodeLease: {}}, Transform: trimLease},
 	}
 }
 

@@ -15,13 +15,14 @@ import (
 
 // LivenessVerdicts gives the recovery planner its verdicts
 // (RecoveryOptions.Liveness): the clocks of the process's one
-// liveness.Tracker, which the peering planner shares, and, when reports
-// is set (the controller runs with --peering, so agents report), the
+// liveness.Tracker, which the peering planner shares; the Lease plane of
+// leases (nil: none); and, when reports is set (agents report: their BGP
+// sessions where peering runs, their gossip where they gossip), the
 // agents' PeeringReports from the manager's cache. When the reports
 // cannot be read the verdicts rest on the API alone, the safe side: no
 // NotReady node counts as alive, and none as dead by the network's word.
-func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, opts liveness.Options) func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]liveness.NodeVerdict {
-	return func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]liveness.NodeVerdict {
+func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, leases *liveness.LeaseTracker, opts liveness.Options) func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
+	return func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
 		firstSeen := tracker.Observe(kube.LivenessNodes(nodes), now)
 		var list v1alpha1.PeeringReportList
 		if reports != nil {
@@ -30,6 +31,6 @@ func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, opts liv
 				list.Items = nil
 			}
 		}
-		return kube.Assess(nodes, list.Items, firstSeen, now, opts).Nodes
+		return kube.Assess(nodes, list.Items, firstSeen, leases.Leases(), now, opts)
 	}
 }

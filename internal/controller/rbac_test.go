@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/yaml"
+
+	"rebound/api/v1alpha1"
 )
 
 // apiCall is one kind of API request: "group/resource:verb", with the
@@ -240,4 +243,51 @@ func loadControllerRBAC(t *testing.T) (*rbacv1.ClusterRole, *rbacv1.Role) {
 		t.Fatalf("deploy/rbac/controller_role.yaml must hold ClusterRole rebound-controller and Role rebound-leader-election")
 	}
 	return cr, role
+}
+
+// TestDetectionRBACMatchesWatches: deploy/rbac/controller_detection.yaml
+// grants exactly list and watch of what --lease-plane reads: the Leases of
+// kube-node-lease (a Role there, not cluster-wide) and the PeeringReports.
+func TestDetectionRBACMatchesWatches(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "rbac", "controller_detection.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Scheme()
+	rec := &recorder{calls: map[apiCall]bool{}}
+	want := map[string]sets.Set[string]{"Role/kube-node-lease": sets.New[string](), "ClusterRole/": sets.New[string]()}
+	for obj, scope := range map[client.Object]string{&coordinationv1.Lease{}: "Role/kube-node-lease", &v1alpha1.PeeringReport{}: "ClusterRole/"} {
+		g, res := rec.resourceOf(t, s, obj)
+		want[scope].Insert(perm(g, res, "list"), perm(g, res, "watch"))
+	}
+	got := map[string]sets.Set[string]{}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj struct {
+			Kind     string
+			Metadata struct{ Namespace string }
+			Rules    []rbacv1.PolicyRule
+		}
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj.Kind == "Role" || obj.Kind == "ClusterRole" {
+			got[obj.Kind+"/"+obj.Metadata.Namespace] = permissions(obj.Rules)
+		}
+	}
+	for scope, w := range want {
+		if g := got[scope]; !g.Equal(w) {
+			t.Errorf("%s grants %v, the Lease plane reads %v", scope, sorted(g), sorted(w))
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("controller_detection.yaml has roles %v, want exactly %v", got, want)
+	}
 }

@@ -47,10 +47,16 @@ type RecoveryOptions struct {
 	// config; tests pass a fake.
 	APIClient kubernetes.Interface
 	// Liveness returns the planner's verdicts (rescue.Snapshot.Verdicts,
-	// LivenessVerdicts). nil means verdicts from this reconciler's own
+	// LivenessVerdicts) and when they may change with no new event (a
+	// report ages out, a Lease goes stale): the reconciler looks again
+	// then. nil means verdicts from this reconciler's own
 	// liveness.Tracker and no reports: the clocks are still rebound's
 	// own, never a kubelet's.
-	Liveness func(ctx context.Context, nodes []*corev1.Node, now time.Time) map[string]liveness.NodeVerdict
+	Liveness func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment
+	// WatchReports starts a pass when an agent's PeeringReport says
+	// something new (a gossip watcher's vote, a session's state): set it
+	// when Liveness reads the reports.
+	WatchReports bool
 }
 
 // DefaultStopSwitch is the stop switch ConfigMap's default name (in the
@@ -97,7 +103,7 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 		opts.APIClient = cs
 	}
 	if opts.Liveness == nil {
-		opts.Liveness = LivenessVerdicts(nil, &liveness.Tracker{}, liveness.Options{})
+		opts.Liveness = LivenessVerdicts(nil, &liveness.Tracker{}, nil, liveness.Options{})
 	}
 	r := newRecoveryReconciler(mgr.GetClient(), mgr.GetAPIReader(), opts)
 	podInformer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
@@ -127,6 +133,9 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 			pred = ownerPredicate(anyNodeNotReady(mgr.GetCache()))
 		}
 		b = b.Watches(obj, all, builder.WithPredicates(countTriggers(obj, pred)))
+	}
+	if opts.WatchReports {
+		b = b.Watches(&v1alpha1.PeeringReport{}, all, builder.WithPredicates(countTriggers(&v1alpha1.PeeringReport{}, reportContentChanged())))
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: 1}).Complete(r)
 }
@@ -173,7 +182,7 @@ func newRecoveryReconciler(c client.Client, reader client.Reader, opts RecoveryO
 func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	start := r.clock.Now()
-	snap, err := r.snapshot(ctx, start)
+	snap, verdictsChange, err := r.snapshot(ctx, start)
 	if err != nil {
 		return afterError(log, ctrl.Result{}, fmt.Errorf("snapshot: %w", err))
 	}
@@ -224,7 +233,7 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 	if err := r.updateStatuses(ctx, log, snap.Policies, plan, records); err != nil {
 		errs = append(errs, err)
 	}
-	return r.requeue(plan, acted, len(errs) > 0), nil
+	return r.requeue(plan, verdictsChange, acted, len(errs) > 0), nil
 }
 
 // requeue picks the next pass: the plan's next check; soon after an
@@ -232,10 +241,14 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 // after an error at most retryAfterError later. Errors are logged where
 // they happen and never returned, so that controller-runtime's
 // exponential backoff cannot postpone the plan's next check.
-func (r *RecoveryReconciler) requeue(plan rescue.Plan, acted, failed bool) ctrl.Result {
+func (r *RecoveryReconciler) requeue(plan rescue.Plan, verdictsChange time.Time, acted, failed bool) ctrl.Result {
 	res := ctrl.Result{}
-	if !plan.NextCheck.IsZero() {
-		res.RequeueAfter = max(plan.NextCheck.Sub(r.clock.Now()), 100*time.Millisecond)
+	next := plan.NextCheck
+	if !verdictsChange.IsZero() && (next.IsZero() || verdictsChange.Before(next)) {
+		next = verdictsChange
+	}
+	if !next.IsZero() {
+		res.RequeueAfter = max(next.Sub(r.clock.Now()), 100*time.Millisecond)
 	}
 	soon := time.Duration(0)
 	switch {

@@ -27,8 +27,11 @@ import (
 //
 // Policies are the exception: their status is patched from them, so they
 // are deep copies.
-func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescue.Snapshot, error) {
-	s := rescue.Snapshot{Now: now, ZoneConfig: r.opts.ZoneConfig, Defaults: r.opts.Defaults, Namespaces: map[string]map[string]string{}}
+//
+// verdictsChange is when the liveness verdicts may change with no new
+// event (Assessment.StaleAt); zero when they cannot.
+func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (s rescue.Snapshot, verdictsChange time.Time, err error) {
+	s = rescue.Snapshot{Now: now, ZoneConfig: r.opts.ZoneConfig, Defaults: r.opts.Defaults, Namespaces: map[string]map[string]string{}}
 	r.mu.Lock()
 	s.PreviousZones = r.prevZones
 	s.PreviousDisruption = r.prevDisruption
@@ -41,12 +44,12 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 	var deps appsv1.DeploymentList
 	for _, l := range []client.ObjectList{&nodes, &namespaces, &pvcs, &rss, &deps} {
 		if err := r.client.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
-			return s, fmt.Errorf("list %T: %w", l, err)
+			return s, time.Time{}, fmt.Errorf("list %T: %w", l, err)
 		}
 	}
 	var policies v1alpha1.RecoveryPolicyList
 	if err := r.client.List(ctx, &policies); err != nil {
-		return s, fmt.Errorf("list %T: %w", &policies, err)
+		return s, time.Time{}, fmt.Errorf("list %T: %w", &policies, err)
 	}
 	s.Nodes = pointers(nodes.Items)
 	incident := slices.ContainsFunc(s.Nodes, func(n *corev1.Node) bool { return !kubestatus.NodeReady(n) })
@@ -68,7 +71,7 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 		// The Pending pods take room on some Ready node too.
 		var pending corev1.PodList
 		if err := r.client.List(ctx, &pending, client.MatchingFields{podNodeIndex: unboundPods}, client.UnsafeDisableDeepCopy); err != nil {
-			return s, fmt.Errorf("list Pending pods: %w", err)
+			return s, time.Time{}, fmt.Errorf("list Pending pods: %w", err)
 		}
 		s.Pods = append(s.Pods, pointers(pending.Items)...)
 	}
@@ -81,7 +84,7 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 		}
 		var pods corev1.PodList
 		if err := r.client.List(ctx, &pods, client.MatchingFields{podNodeIndex: n.Name}, client.UnsafeDisableDeepCopy); err != nil {
-			return s, fmt.Errorf("list pods of node %s: %w", n.Name, err)
+			return s, time.Time{}, fmt.Errorf("list pods of node %s: %w", n.Name, err)
 		}
 		s.Pods = append(s.Pods, pointers(pods.Items)...)
 	}
@@ -96,9 +99,10 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (rescu
 	// One verdict per node (pkg/liveness): rebound's own clocks, and the
 	// agents' session reports where peering runs.
 	if r.opts.Liveness != nil {
-		s.Verdicts = r.opts.Liveness(ctx, s.Nodes, now)
+		a := r.opts.Liveness(ctx, s.Nodes, now)
+		s.Verdicts, verdictsChange = a.Nodes, a.StaleAt
 	}
-	return s, nil
+	return s, verdictsChange, nil
 }
 
 func pointers[T any](items []T) []*T {

@@ -69,7 +69,7 @@ func TestSnapshotHoldsWhatTheTargetCheckReads(t *testing.T) {
 		for _, p := range pods {
 			inf.h.OnAdd(p, true)
 		}
-		s, err := r.snapshot(context.Background(), now)
+		s, _, err := r.snapshot(context.Background(), now)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -114,22 +114,26 @@ func (g gossipPlane) dead() bool {
 }
 
 // gossipVotes tallies node's watchers. ring holds the reporters with a
-// fresh gossip read; voters those whose vote counts (Ready in the API,
-// their own Lease not stale): a watcher that is not a voter abstains, and
-// an abstention counts against the quorum, like a watcher that is silent.
+// fresh gossip read. A death vote counts only from a voter (Ready in the
+// API, its own Lease not stale): a watcher in doubt itself abstains, and
+// an abstention counts against the quorum, like a silent watcher. A
+// watcher that has the node alive is heard whatever its own state: a
+// liar can only keep a node in, upstream's behaviour, and when the
+// control plane fails every Lease goes stale while gossip still sees
+// everyone alive.
 func gossipVotes(node string, ring []string, gossip map[string]*GossipReport, voter func(string) bool, k int) gossipPlane {
 	ws := Watchers(node, ring, k)
 	g := gossipPlane{watchers: len(ws)}
 	for _, w := range ws {
-		if !voter(w) {
-			continue
-		}
 		watch, ok := gossip[w].Of(node)
 		if !ok {
 			continue
 		}
 		switch watch.State {
 		case GossipDead:
+			if !voter(w) {
+				continue
+			}
 			g.down++
 			g.downVoters = append(g.downVoters, w)
 		case GossipAlive:

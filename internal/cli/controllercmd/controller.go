@@ -54,6 +54,7 @@ func NewCommand() *cobra.Command {
 		calicoOn      bool
 		calicoRestart time.Duration
 		noRecovery    bool
+		leasePlane    bool
 	)
 	zc := zone.DefaultConfig()
 	cmd := &cobra.Command{
@@ -127,14 +128,23 @@ upstream eviction.`,
 			// sight.
 			tracker := &liveness.Tracker{}
 			peeringOpts.Tracker = tracker
+			var leases *liveness.LeaseTracker
+			if leasePlane {
+				leases = &liveness.LeaseTracker{}
+				if err := controller.SetupLeasePlane(mgr, leases, nil); err != nil {
+					return err
+				}
+			}
 			if !noRecovery {
 				var reports client.Reader
-				if peeringOn {
-					// Agents report their sessions only where peering runs:
-					// then the verdicts get the second plane.
+				if peeringOn || leasePlane {
+					// Agents report their sessions where peering runs, and
+					// their gossip where they gossip: then the verdicts get
+					// the network's plane.
 					reports = mgr.GetClient()
+					recOpts.WatchReports = true
 				}
-				recOpts.Liveness = controller.LivenessVerdicts(reports, tracker, peeringOpts.Config.WithDefaults().Evidence)
+				recOpts.Liveness = controller.LivenessVerdicts(reports, tracker, leases, peeringOpts.Config.WithDefaults().Evidence)
 				if err := controller.SetupRecovery(mgr, recOpts); err != nil {
 					return err
 				}
@@ -166,7 +176,7 @@ upstream eviction.`,
 				}
 			}
 			logger.Info("starting rebound controller", "recovery", !noRecovery, "peering", peeringOn, "calico", calicoOn,
-				"dryRun", recOpts.DryRun, "leaderElect", mgrOpts.LeaderElect, "stopSwitch", recOpts.StopSwitch.String())
+				"leasePlane", leasePlane, "dryRun", recOpts.DryRun, "leaderElect", mgrOpts.LeaderElect, "stopSwitch", recOpts.StopSwitch.String())
 			if mgrOpts.LeaderElect {
 				// The manager waits for the Lease without a word; say once
 				// who holds it, so that a second run beside the Deployment
@@ -197,6 +207,7 @@ upstream eviction.`,
 	f.Int32Var(&zc.LargeClusterSizeThreshold, "large-cluster-size-threshold", zc.LargeClusterSizeThreshold, "kube-controller-manager's --large-cluster-size-threshold")
 	f.Float64Var(&zc.EvictionLimiterQPS, "node-eviction-rate", zc.EvictionLimiterQPS, "kube-controller-manager's --node-eviction-rate")
 	f.Float64Var(&zc.SecondaryEvictionLimiterQPS, "secondary-node-eviction-rate", zc.SecondaryEvictionLimiterQPS, "kube-controller-manager's --secondary-node-eviction-rate")
+	f.BoolVar(&leasePlane, "lease-plane", false, "watch the nodes' Leases (kube-node-lease) and time their renewals on rebound's clock; with the agents' gossip (rebound agent --gossip-key-file) a node dead on both planes is known about one renew interval after death, before kube-controller-manager's node grace (docs/detection.md)")
 	f.BoolVar(&noRecovery, "no-recovery", false, "do not run the recovery controller (for a peering-only deployment)")
 	f.BoolVar(&peeringOn, "peering", false, "run the BGP peering controller: publish the health-aware peer set in ConfigMap <namespace>/rebound-peer-set, which each rebound agent reads, and as the node label peering.rebound.dev/in-set (for Calico)")
 	f.DurationVar(&peeringOpts.Config.PruneGracePeriod, "peering-prune-grace-period", 0, "how long a node must be NotReady, with no Established session, before it leaves the mesh (0: 40s)")

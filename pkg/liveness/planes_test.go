@@ -1,0 +1,287 @@
+package liveness
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// gossipWorld is n Ready nodes n0..n(n-1), each gossiping and renewing its
+// Lease every 10 s (last seen 1 s ago), with fresh gossip reads that list
+// every member each watches as Alive.
+type gossipWorld struct {
+	nodes  []Node
+	leases map[string]Lease
+	gossip map[string]*GossipReport
+}
+
+func newGossipWorld(n int) *gossipWorld {
+	w := &gossipWorld{leases: map[string]Lease{}, gossip: map[string]*GossipReport{}}
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("n%d", i))
+	}
+	for _, name := range names {
+		w.nodes = append(w.nodes, up(name))
+		w.leases[name] = Lease{RenewSeen: ago(time.Second), RenewInterval: 10 * time.Second}
+		g := &GossipReport{ObservedAt: ago(time.Second), Members: n}
+		for _, m := range Watched(name, names, DefaultWatchers) {
+			g.Watches = append(g.Watches, Watch{Node: m, State: GossipAlive, Since: ago(time.Hour)})
+		}
+		w.gossip[name] = g
+	}
+	return w
+}
+
+// say sets what watcher reports of node.
+func (w *gossipWorld) say(watcher, node, state string) {
+	g := w.gossip[watcher]
+	for i := range g.Watches {
+		if g.Watches[i].Node == node {
+			g.Watches[i].State = state
+			return
+		}
+	}
+	g.Watches = append(g.Watches, Watch{Node: node, State: state, Since: ago(time.Second)})
+	slices.SortFunc(g.Watches, func(a, b Watch) int { return strings.Compare(a.Node, b.Node) })
+}
+
+func (w *gossipWorld) stale(node string) {
+	w.leases[node] = Lease{RenewSeen: ago(13 * time.Second), RenewInterval: 10 * time.Second}
+}
+
+func (w *gossipWorld) watchers(node string) []string {
+	var names []string
+	for _, n := range w.nodes {
+		names = append(names, n.Name)
+	}
+	return Watchers(node, names, DefaultWatchers)
+}
+
+func (w *gossipWorld) assess() Assessment {
+	var rs []Report
+	for _, n := range w.nodes {
+		if g := w.gossip[n.Name]; g != nil {
+			rs = append(rs, Report{Reporter: n.Name, Gossip: g})
+		}
+	}
+	return Assess(Input{Nodes: w.nodes, Reports: rs, Leases: w.leases, FirstSeen: map[string]time.Time{}}, t0)
+}
+
+// TestTwoPlanes: a Ready node is Dead early only when both planes say so;
+// one row per way a single plane, node, liar or clock could bend it.
+func TestTwoPlanes(t *testing.T) {
+	const victim = "n3"
+	tests := []struct {
+		name  string
+		setup func(w *gossipWorld)
+		want  Verdict
+		early bool
+		words string
+	}{
+		{name: "both planes: Lease stale and a quorum of watchers dead", want: Dead, early: true, words: "dead on both planes",
+			setup: func(w *gossipWorld) {
+				w.stale(victim)
+				for _, x := range w.watchers(victim)[:2] {
+					w.say(x, victim, GossipDead)
+				}
+				w.gossip[w.watchers(victim)[2]].Watches = nil // its third watcher has not noticed yet: abstains
+			}},
+		{name: "Lease stale, gossip alive: cut off from the API, no early action", want: CutOffFromAPI, words: "alive",
+			setup: func(w *gossipWorld) { w.stale(victim) }},
+		{name: "gossip dead, Lease renewing: the kubelet lives, no action", want: Alive,
+			setup: func(w *gossipWorld) {
+				for _, x := range w.watchers(victim) {
+					w.say(x, victim, GossipDead)
+				}
+			}},
+		{name: "Lease stale, one lone watcher says dead: no quorum", want: Alive, words: "does not corroborate",
+			setup: func(w *gossipWorld) {
+				w.stale(victim)
+				ws := w.watchers(victim)
+				w.say(ws[0], victim, GossipDead)
+				w.gossip[ws[1]].Watches, w.gossip[ws[2]].Watches = nil, nil
+			}},
+		{name: "a quorum dead but one watcher alive: the live one vetoes", want: CutOffFromAPI,
+			setup: func(w *gossipWorld) {
+				w.stale(victim)
+				ws := w.watchers(victim)
+				w.say(ws[0], victim, GossipDead)
+				w.say(ws[1], victim, GossipDead)
+			}},
+		{name: "liars that do not watch it: their votes are not heard", want: Alive,
+			setup: func(w *gossipWorld) {
+				w.stale(victim)
+				ws := w.watchers(victim)
+				for _, n := range w.nodes {
+					if n.Name != victim && !slices.Contains(ws, n.Name) {
+						w.say(n.Name, victim, GossipDead)
+					}
+				}
+				for _, x := range ws {
+					w.gossip[x].Watches = nil
+				}
+			}},
+		{name: "a watcher whose own Lease is stale abstains", want: Alive,
+			setup: func(w *gossipWorld) {
+				w.stale(victim)
+				ws := w.watchers(victim)
+				w.say(ws[0], victim, GossipDead)
+				w.say(ws[1], victim, GossipDead)
+				w.stale(ws[1])
+				w.gossip[ws[2]].Watches = nil
+			}},
+		{name: "stale gossip reads count for nothing", want: Alive,
+			setup: func(w *gossipWorld) {
+				w.stale(victim)
+				for _, x := range w.watchers(victim) {
+					w.say(x, victim, GossipDead)
+					w.gossip[x].ObservedAt = ago(4 * time.Minute)
+				}
+			}},
+		{name: "watchers' clocks an hour ahead: their reads are ignored", want: Alive,
+			setup: func(w *gossipWorld) {
+				w.stale(victim)
+				for _, x := range w.watchers(victim) {
+					w.say(x, victim, GossipDead)
+					w.gossip[x].ObservedAt = t0.Add(time.Hour)
+				}
+			}},
+		{name: "the control plane failed: every Lease stale, gossip alive everywhere", want: CutOffFromAPI,
+			setup: func(w *gossipWorld) {
+				for _, n := range w.nodes {
+					w.stale(n.Name)
+				}
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newGossipWorld(7)
+			tc.setup(w)
+			a := w.assess()
+			v := a.Of(victim)
+			if v.Verdict != tc.want || v.Early != tc.early {
+				t.Fatalf("verdict %s (early %v), want %s (early %v): %s", v.Verdict, v.Early, tc.want, tc.early, v.Reason)
+			}
+			if tc.words != "" && !strings.Contains(v.Reason, tc.words) {
+				t.Errorf("reason %q does not say %q", v.Reason, tc.words)
+			}
+			if tc.early && !v.DetectedAt.Equal(ago(time.Second)) {
+				t.Errorf("DetectedAt %s, want the Lease's stale moment %s", v.DetectedAt, ago(time.Second))
+			}
+			for _, n := range w.nodes {
+				if o := a.Of(n.Name); n.Name != victim && o.Verdict == Dead {
+					t.Errorf("%s judged Dead too: %s", n.Name, o.Reason)
+				}
+			}
+		})
+	}
+}
+
+// TestTwoPlanesTooFewWatchers: in a two-node cluster one agent would
+// decide alone: no early verdict.
+func TestTwoPlanesTooFewWatchers(t *testing.T) {
+	w := newGossipWorld(2)
+	w.stale("n1")
+	w.say("n0", "n1", GossipDead)
+	if v := w.assess().Of("n1"); v.Verdict != Alive || !strings.Contains(v.Reason, "fewer than the two") {
+		t.Fatalf("verdict %s: %s", v.Verdict, v.Reason)
+	}
+}
+
+// TestTwoPlanesWakesAtLeaseStale: watchers already say dead while the
+// Lease is still fresh: the assessment asks to be run again the moment
+// the Lease goes stale.
+func TestTwoPlanesWakesAtLeaseStale(t *testing.T) {
+	w := newGossipWorld(7)
+	for _, x := range w.watchers("n3") {
+		w.say(x, "n3", GossipDead)
+	}
+	a := w.assess()
+	staleAt := ago(time.Second).Add(10*time.Second + DefaultLeaseMargin)
+	if a.StaleAt.Before(staleAt) || a.StaleAt.After(staleAt.Add(time.Second)) {
+		t.Fatalf("StaleAt %s, want just after %s", a.StaleAt, staleAt)
+	}
+}
+
+// TestNotReadyGossip: the gossip plane corroborates a NotReady node's
+// death without BGP, and a watcher alive is first-hand life.
+func TestNotReadyGossip(t *testing.T) {
+	w := newGossipWorld(7)
+	w.nodes[3] = down("n3", ago(time.Minute))
+	w.stale("n3")
+	for _, x := range w.watchers("n3") {
+		w.say(x, "n3", GossipDead)
+	}
+	if v := w.assess().Of("n3"); v.Verdict != Dead || v.Early || v.DetectedAt.IsZero() {
+		t.Fatalf("verdict %s early %v detected %s: %s", v.Verdict, v.Early, v.DetectedAt, v.Reason)
+	}
+	w.say(w.watchers("n3")[0], "n3", GossipAlive)
+	if v := w.assess().Of("n3"); v.Verdict != CutOffFromAPI {
+		t.Fatalf("verdict %s with a watcher alive: %s", v.Verdict, v.Reason)
+	}
+}
+
+// TestWatchersRing: every member has min(k, n-1) watchers, never itself;
+// Watched is its inverse; each member watches k others, so a death is
+// written k times whatever the cluster's size.
+func TestWatchersRing(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5, 30, 300} {
+		var names []string
+		for i := range n {
+			names = append(names, fmt.Sprintf("node-%d", i))
+		}
+		k := DefaultWatchers
+		watching := map[string][]string{}
+		for _, m := range names {
+			ws := Watchers(m, names, k)
+			if len(ws) != min(k, n-1) || slices.Contains(ws, m) {
+				t.Fatalf("n=%d: Watchers(%s) = %v", n, m, ws)
+			}
+			for _, w := range ws {
+				watching[w] = append(watching[w], m)
+			}
+		}
+		for _, m := range names {
+			got, want := Watched(m, names, k), watching[m]
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("n=%d: Watched(%s) = %v, want %v", n, m, got, want)
+			}
+		}
+		// A dead member's watchers do not depend on whether a view still
+		// holds it.
+		if n > 1 && !slices.Equal(Watchers(names[0], names, k), Watchers(names[0], names[1:], k)) {
+			t.Fatalf("n=%d: watchers change when the member leaves the view", n)
+		}
+	}
+}
+
+// TestLeaseTracker: a renewal is a change of renewTime, timed by rebound's
+// clock whatever time the kubelet wrote; a first sight counts as one.
+func TestLeaseTracker(t *testing.T) {
+	var lt LeaseTracker
+	kubeletClock := t0.Add(-10 * time.Minute) // ten minutes behind
+	lt.Observe("a", kubeletClock, 40*time.Second, t0)
+	if l := lt.Leases()["a"]; !l.RenewSeen.Equal(t0) || l.RenewInterval != 10*time.Second {
+		t.Fatalf("first sight %+v", l)
+	}
+	lt.Observe("a", kubeletClock, 40*time.Second, t0.Add(5*time.Second)) // a resync, not a renewal
+	if l := lt.Leases()["a"]; !l.RenewSeen.Equal(t0) {
+		t.Fatalf("a resync moved RenewSeen to %s", l.RenewSeen)
+	}
+	lt.Observe("a", kubeletClock.Add(10*time.Second), 40*time.Second, t0.Add(10*time.Second))
+	if l := lt.Leases()["a"]; !l.RenewSeen.Equal(t0.Add(10 * time.Second)) {
+		t.Fatalf("renewal seen at %s", l.RenewSeen)
+	}
+	lt.Forget("a")
+	if _, ok := lt.Leases()["a"]; ok {
+		t.Fatal("forgotten Lease still there")
+	}
+	var none *LeaseTracker
+	if none.Leases() != nil {
+		t.Fatal("a nil tracker has a Lease plane")
+	}
+}
