@@ -9,6 +9,13 @@ import _ "embed"
 //go:embed rbac/controller_role.yaml
 var ControllerRBAC []byte
 
+// DetectionRBAC is what `rebound controller --lease-plane` reads: the Role
+// rebound-node-leases (in kube-node-lease) and the ClusterRole
+// rebound-controller-detection, without bindings.
+//
+//go:embed rbac/controller_detection.yaml
+var DetectionRBAC []byte
+
 // Namespace is rebound-system.
 //
 //go:embed controller/namespace.yaml

@@ -175,7 +175,13 @@ func TestDeployManifests(t *testing.T) {
 			if meta.GetNamespace() != want {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, want)
 			}
-		case *corev1.Service, *appsv1.Deployment, *rbacv1.Role, *rbacv1.RoleBinding,
+		case *rbacv1.Role, *rbacv1.RoleBinding:
+			// The one exception: reading the nodes' Leases is granted
+			// where they are, not cluster-wide.
+			if meta.GetNamespace() != systemNamespace && (meta.GetNamespace() != corev1.NamespaceNodeLease || meta.GetName() != "rebound-node-leases") {
+				t.Errorf("%s: %s must be in namespace %s", m.file, key, systemNamespace)
+			}
+		case *corev1.Service, *appsv1.Deployment,
 			*policyv1.PodDisruptionBudget, *networkingv1.NetworkPolicy:
 			if meta.GetNamespace() != systemNamespace {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, systemNamespace)

@@ -94,3 +94,30 @@ func ControllerFor(ctx context.Context, cl client.Client, owner, user string) er
 	}
 	return WaitCRDEstablished(ctx, cl, PolicyCRD, 30*time.Second)
 }
+
+// PeeringReportCRD is the PeeringReport CRD's name.
+const PeeringReportCRD = "peeringreports.rebound.dev"
+
+// DetectionFor applies what `rebound controller --lease-plane` reads: the
+// PeeringReport CRD (the agents' gossip votes) and the roles of
+// deploy/rbac/controller_detection.yaml, bound to user, and waits for the
+// CRD. Run it after ControllerFor.
+func DetectionFor(ctx context.Context, cl client.Client, owner, user string) error {
+	for _, m := range [][]byte{deploy.PeeringReportCRD, deploy.DetectionRBAC} {
+		if err := scenario.ApplyManifest(ctx, cl, m, owner); err != nil {
+			return err
+		}
+	}
+	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+	for _, obj := range []client.Object{
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: owner + "-detection-user"}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "rebound-controller-detection"}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: owner + "-detection-user", Namespace: "kube-node-lease"}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "rebound-node-leases"}},
+	} {
+		if err := cl.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("bind the detection roles to %s: %w", user, err)
+		}
+	}
+	return WaitCRDEstablished(ctx, cl, PeeringReportCRD, 30*time.Second)
+}
