@@ -58,41 +58,7 @@ func InstallRejoin(ctx context.Context, cfg *rest.Config) error {
 // pod, as the kubelet projects it: the API server puts the node's name
 // into the token's identity (NodeNameExtra).
 func RejoinToken(ctx context.Context, c *sandbox.Cluster, node string) (string, error) {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: AgentNamespace, Name: "rebound-rejoin-" + node},
-		Spec: corev1.PodSpec{
-			NodeName:           node,
-			ServiceAccountName: RejoinServiceAccount,
-			HostNetwork:        true,
-			Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers:         []corev1.Container{{Name: "rejoin", Image: "rebound:dev"}},
-		},
-	}
-	// The ServiceAccount admission plugin wants the ServiceAccount, which
-	// InstallRejoin just created: retry while the caches catch up.
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		p, err := c.Client.CoreV1().Pods(AgentNamespace).Create(ctx, pod, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			p, err = c.Client.CoreV1().Pods(AgentNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		}
-		if err != nil {
-			return false, nil //nolint:nilerr // retry until the deadline
-		}
-		pod = p
-		return true, nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("create the rejoin agent's pod on %s: %w", node, err)
-	}
-	tr, err := c.Client.CoreV1().ServiceAccounts(AgentNamespace).CreateToken(ctx, RejoinServiceAccount, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("request a token bound to pod %s: %w", pod.Name, err)
-	}
-	return tr.Status.Token, nil
+	return NodeBoundToken(ctx, c, RejoinServiceAccount, "rebound-rejoin-"+node, node)
 }
 
 // TokenConfig is c's API server with token as the only credential.

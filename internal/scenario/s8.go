@@ -15,13 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"rebound/deploy"
 	"rebound/internal/agent"
-	"rebound/internal/controller"
 	"rebound/internal/sandbox"
 	"rebound/pkg/peering"
 )
@@ -72,17 +69,8 @@ type S8Confinement struct {
 // and may not do. admin is c's admin credential.
 func S8AgentCredential(ctx context.Context, c *sandbox.Cluster, node, other string) (S8Confinement, error) {
 	res := S8Confinement{Node: node, Other: other}
-	if err := EnsurePeeringReportCRD(ctx, c.Config); err != nil {
+	if err := InstallAgentConfinement(ctx, c, "rebound-s8"); err != nil {
 		return res, err
-	}
-	cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
-	if err != nil {
-		return res, err
-	}
-	for _, m := range [][]byte{deploy.ControllerNamespace, deploy.AgentNamespace, deploy.AgentRBAC, deploy.AgentAdmission} {
-		if err := ApplyManifest(ctx, cl, m, "rebound-s8"); err != nil {
-			return res, err
-		}
 	}
 	// The published set exists (the controller's), so reading it by name
 	// is a real read.
@@ -117,43 +105,11 @@ func S8AgentCredential(ctx context.Context, c *sandbox.Cluster, node, other stri
 	res.AgentPodAdmitted = dsPod(ds.Namespace)
 	res.AgentPodInControllerNamespace = dsPod(peering.DefaultPeerSetNamespace)
 
-	// A pod of the agent's ServiceAccount on node, as the DaemonSet's.
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: AgentNamespace, Name: "rebound-agent-" + node},
-		Spec: corev1.PodSpec{
-			NodeName:           node,
-			ServiceAccountName: AgentServiceAccount,
-			HostNetwork:        true,
-			Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers:         []corev1.Container{{Name: "agent", Image: "rebound:dev"}},
-		},
-	}
-	// The ServiceAccount admission plugin wants the ServiceAccount to
-	// exist, which the apply above created; retry while the caches catch up.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		p, err := c.Client.CoreV1().Pods(AgentNamespace).Create(ctx, pod, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			p, err = c.Client.CoreV1().Pods(AgentNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		}
-		if err != nil {
-			return false, nil //nolint:nilerr // retry until the deadline
-		}
-		pod = p
-		return true, nil
-	})
+	token, err := AgentToken(ctx, c, node)
 	if err != nil {
-		return res, fmt.Errorf("create the agent's pod on %s: %w", node, err)
+		return res, err
 	}
-	tr, err := c.Client.CoreV1().ServiceAccounts(AgentNamespace).CreateToken(ctx, AgentServiceAccount, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return res, fmt.Errorf("request a token bound to pod %s: %w", pod.Name, err)
-	}
-	cfg := rest.AnonymousClientConfig(c.Config)
-	cfg.BearerToken = tr.Status.Token
+	cfg := TokenConfig(c, token)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return res, err

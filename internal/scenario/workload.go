@@ -36,6 +36,9 @@ type Workload struct {
 	// Requests, when set, are the container's resource requests (S10
 	// sizes its pods so that the Ready node has room for one more).
 	Requests corev1.ResourceList
+	// PodLabels are added to the pod template's labels (S13 puts its pods
+	// behind a Service with them).
+	PodLabels map[string]string
 }
 
 func (w Workload) String() string { return w.Namespace + "/" + w.Name }
@@ -50,6 +53,10 @@ func CriticalStandIn(node string) Workload {
 // Create creates the Deployment, or leaves an existing one alone.
 func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error {
 	labels := map[string]string{"k8s-app": w.Name}
+	podLabels := map[string]string{"k8s-app": w.Name}
+	for k, v := range w.PodLabels {
+		podLabels[k] = v
+	}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
@@ -57,7 +64,7 @@ func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error
 			MinReadySeconds: w.MinReadySeconds,
 			Selector:        &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
 				Spec: corev1.PodSpec{
 					PriorityClassName: w.PriorityClass,
 					// kwok never pulls images; the name only has to be valid.
