@@ -170,8 +170,8 @@ func testLogWriter(t *testing.T) io.Writer {
 
 // agentProcess runs `rebound agent ARGS` (the built binary) until the test
 // ends, logging to logs/rebound-agent-NAME.log, whose tail the test prints
-// when it fails.
-func agentProcess(t *testing.T, c *sandbox.Cluster, name string, args ...string) {
+// when it fails. It returns the process, for a test that kills it.
+func agentProcess(t *testing.T, c *sandbox.Cluster, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	log := filepath.Join(c.Dir, "logs", "rebound-agent-"+name+".log")
 	f, err := os.Create(log)
@@ -195,4 +195,5 @@ func agentProcess(t *testing.T, c *sandbox.Cluster, name string, args ...string)
 			t.Logf("rebound agent %s log:\n%s", name, tail(log, 30))
 		}
 	})
+	return cmd
 }

@@ -1,0 +1,267 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"rebound/api/v1alpha1"
+	"rebound/internal/install"
+	"rebound/internal/sandbox"
+	"rebound/internal/scenario"
+	"rebound/pkg/kubestatus"
+)
+
+// s13Victim dies in every S13 test; s13Peer holds the Service's other
+// endpoint.
+const (
+	s13Victim = "node-3"
+	s13Peer   = "node-0"
+)
+
+// TestS13FastDetection (seed: the node grace). 5 nodes, each with an agent
+// gossiping on its own loopback address; a critical Deployment with one
+// pod on node-3, and a Service with endpoints on node-3 and node-0. node-3
+// dies outright: kwok stops renewing its Lease and its agent is SIGKILLed
+// in the same instant. Both lanes in the same run, with the sandbox's fast
+// timings (Lease renewed every 2 s, node grace 12 s, tolerations 20 s).
+//
+// Without rebound: the node is NotReady after the grace, its endpoints
+// leave then, and the pod moves after the toleration. With rebound
+// (--lease-plane, a TwoPlanes policy with maxUnavailableTime 0s, pods
+// marked not ready early): the verdict comes about one renew interval
+// plus the margin after death, the taint and the endpoints follow it, and
+// the replacement starts at once.
+func TestS13FastDetection(t *testing.T) {
+	t.Parallel()
+	timings := sandbox.FastTimings()
+	p := startPair(t, 5, timings)
+	ctx := testContext(t, 6*time.Minute)
+	agents := startS13Rebound(ctx, t, p.With, s13Agents{})
+
+	res, err := scenario.RunS13Pair(ctx, p, scenario.S13PairOptions{
+		Workload:  scenario.CriticalStandIn(s13Victim),
+		Peer:      s13Peer,
+		KillAgent: func() error { return agents[s13Victim].Process.Kill() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	printLines(res.Lines())
+	grace := timings.NodeMonitorGracePeriod
+	fmt.Printf("CONFIG s13_node_grace=%.0f s\nCONFIG s13_lease_renew_interval=%.0f s\n", grace.Seconds(), (timings.NodeLeaseDuration / 4).Seconds())
+
+	// Upstream: nothing before the grace.
+	if res.Without.Verdict < grace-time.Second {
+		t.Errorf("without rebound the node was NotReady %v after death, before the %v grace: the lane did not wait for upstream", res.Without.Verdict, grace)
+	}
+	// rebound: the verdict well before the grace, and every effect before
+	// upstream's. The bounds carry slack for a loaded machine; the figures
+	// are in the METRIC lines.
+	if res.With.Verdict >= grace {
+		t.Errorf("with rebound the verdict came %v after death, not before the %v node grace", res.With.Verdict, grace)
+	}
+	if res.With.EndpointsOff >= res.Without.EndpointsOff {
+		t.Errorf("endpoints off after %v with rebound, %v without: no faster", res.With.EndpointsOff, res.Without.EndpointsOff)
+	}
+	if res.With.ReplacementReady >= res.Without.ReplacementReady {
+		t.Errorf("replacement Ready after %v with rebound, %v without: no faster", res.With.ReplacementReady, res.Without.ReplacementReady)
+	}
+	if res.With.ReplacementReady >= grace {
+		t.Errorf("with rebound the replacement was Ready %v after death, not before the %v node grace", res.With.ReplacementReady, grace)
+	}
+}
+
+// TestS13APIOnlyLoss: node-3's Lease stops but its agent lives (the node
+// is cut off from the API, not dead). The gossip plane sees it alive: no
+// early action over 3x the verdict time (no taint, its pod not deleted),
+// and what happens at the grace is upstream's own.
+func TestS13APIOnlyLoss(t *testing.T) {
+	t.Parallel()
+	s13Negative(t, s13Agents{}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*exec.Cmd) error {
+		return c.StopNode(ctx, s13Victim)
+	})
+}
+
+// TestS13GossipOnlyLoss: node-3's agent dies, its Lease keeps renewing.
+// The Lease plane says alive: no action.
+func TestS13GossipOnlyLoss(t *testing.T) {
+	t.Parallel()
+	s13Negative(t, s13Agents{}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*exec.Cmd) error {
+		return agents[s13Victim].Process.Kill()
+	})
+}
+
+// TestS13NoQuorum: only node-0 and node-3 gossip; node-3 dies outright.
+// node-0 alone says dead: a lone watcher never decides, whatever the
+// Lease says.
+func TestS13NoQuorum(t *testing.T) {
+	t.Parallel()
+	s13Negative(t, s13Agents{only: []string{s13Peer, s13Victim}}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*exec.Cmd) error {
+		if err := agents[s13Victim].Process.Kill(); err != nil {
+			return err
+		}
+		return c.StopNode(ctx, s13Victim)
+	})
+}
+
+// TestS13WrongKey: node-0 and node-2 gossip with another key, so of the
+// five agents only node-1, node-3 and node-4 form the membership; node-3
+// dies outright. The two agents with the wrong key never see a member and
+// cannot vote, so node-3's watchers (on the ring of all five reporters)
+// cannot reach a quorum of real observations: no early action.
+func TestS13WrongKey(t *testing.T) {
+	t.Parallel()
+	s13Negative(t, s13Agents{wrongKey: []string{"node-0", "node-2"}}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*exec.Cmd) error {
+		if err := agents[s13Victim].Process.Kill(); err != nil {
+			return err
+		}
+		return c.StopNode(ctx, s13Victim)
+	})
+}
+
+// s13Window is how long a negative lane watches for an early action: 3x
+// the positive lane's verdict time (about one renew interval, 2 s, plus
+// the margin, 2 s, plus the gossip's few seconds), and still inside the
+// 12 s node grace so that what upstream does at the grace is not counted.
+const s13Window = 11 * time.Second
+
+// s13Negative starts one sandbox with rebound as TestS13FastDetection does,
+// puts the critical pod on node-3, does what fail does, and requires no
+// early action for s13Window: no rebound.dev/unreachable taint, and the
+// pod neither deleted nor marked not ready while its node is Ready.
+func s13Negative(t *testing.T, a s13Agents, fail func(context.Context, *sandbox.Cluster, map[string]*exec.Cmd) error) {
+	c := startSandbox(t, 5, sandbox.FastTimings())
+	ctx := testContext(t, 4*time.Minute)
+	agents := startS13Rebound(ctx, t, c, a)
+	w := scenario.CriticalStandIn(s13Victim)
+	must(t, w.Create(ctx, c.Client))
+	var pod corev1.Pod
+	poll(ctx, t, time.Minute, w.String()+" Ready on "+s13Victim, func() (bool, string) {
+		pods, err := c.Client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=" + w.Name})
+		if err != nil || len(pods.Items) != 1 {
+			return false, fmt.Sprint(err)
+		}
+		pod = pods.Items[0]
+		return pod.Spec.NodeName == s13Victim && kubestatus.PodReady(&pod), pod.Spec.NodeName
+	})
+	waitGossipReports(ctx, t, c, agents)
+
+	must(t, fail(ctx, c, agents))
+	start := time.Now()
+	for time.Since(start) < s13Window {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, s13Victim, metav1.GetOptions{})
+		must(t, err)
+		for _, taint := range n.Spec.Taints {
+			if taint.Key == scenario.UnreachableTaint {
+				t.Fatalf("%s tainted %s %v after the failure: an early action", s13Victim, taint.Key, time.Since(start))
+			}
+		}
+		got, err := c.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		must(t, err)
+		if got.DeletionTimestamp != nil {
+			t.Fatalf("pod %s deleted %v after the failure: an early action", pod.Name, time.Since(start))
+		}
+		if kubestatus.NodeReady(n) && !kubestatus.PodReady(got) {
+			t.Fatalf("pod %s marked not ready %v after the failure while %s is Ready: an early action", pod.Name, time.Since(start), s13Victim)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(200 * time.Millisecond): // the next look
+		}
+	}
+	metricCount("s13_early_actions_"+strings.ToLower(strings.TrimPrefix(t.Name(), "TestS13")), 0)
+}
+
+// s13Agents says which nodes run a gossiping agent (all when only is
+// empty), and which of them hold another key.
+type s13Agents struct {
+	only, wrongKey []string
+}
+
+// s13Net numbers each test's loopback network, so that parallel tests
+// gossip apart: agents bind 127.13.<n>.<i+1>.
+var s13Net atomic.Int32
+
+// startS13Rebound installs rebound on c for two-plane detection (the
+// controller's roles, the detection roles, the agents' confinement, the
+// TwoPlanes policy), starts `rebound controller --lease-plane` and a
+// gossip-only agent per node with its own node-bound token, and returns
+// the agents' processes by node.
+func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a s13Agents) map[string]*exec.Cmd {
+	t.Helper()
+	cl := installRebound(ctx, t, c, repoPath("test/e2e/testdata/s13-policy.yaml"))
+	must(t, install.DetectionFor(ctx, cl, "rebound-e2e", sandbox.ReboundUser))
+	must(t, scenario.InstallAgentConfinement(ctx, c, "rebound-s13"))
+	startController(t, c, "--lease-plane", "--mark-pods-not-ready-early")
+
+	key, wrong := make([]byte, 32), make([]byte, 32)
+	_, _ = rand.Read(key)
+	_, _ = rand.Read(wrong)
+	keyFile, wrongFile := filepath.Join(c.Dir, "gossip.key"), filepath.Join(c.Dir, "gossip-wrong.key")
+	must(t, os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)), 0o600))
+	must(t, os.WriteFile(wrongFile, []byte(base64.StdEncoding.EncodeToString(wrong)), 0o600))
+
+	nodes := a.only
+	if len(nodes) == 0 {
+		nodes = c.NodeNames
+	}
+	net := 100 + s13Net.Add(1)
+	addr := func(i int) string { return fmt.Sprintf("127.13.%d.%d", net, i+1) }
+	const port = "7946"
+	var join []string
+	for i := range nodes {
+		join = append(join, addr(i)+":"+port)
+	}
+	agents := map[string]*exec.Cmd{}
+	for i, n := range nodes {
+		token, err := scenario.AgentToken(ctx, c, n)
+		must(t, err)
+		kubeconfig := filepath.Join(c.Dir, "agent-"+n+".kubeconfig")
+		must(t, scenario.WriteTokenKubeconfig(c, token, kubeconfig))
+		k := keyFile
+		for _, w := range a.wrongKey {
+			if w == n {
+				k = wrongFile
+			}
+		}
+		agents[n] = agentProcess(t, c, n, "--gossip-only", "--node-name", n, "--kubeconfig", kubeconfig,
+			"--gossip-key-file", k, "--gossip-bind-address", addr(i), "--gossip-port", port,
+			"--gossip-join", strings.Join(join, ","), "--health-addr", "", "--metrics-bind-address", "0")
+	}
+	return agents
+}
+
+// waitGossipReports waits until every agent has written a gossip read
+// that counts the members it can see: the membership has formed.
+func waitGossipReports(ctx context.Context, t *testing.T, c *sandbox.Cluster, agents map[string]*exec.Cmd) {
+	t.Helper()
+	cl := newClient(t, c)
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for n := range agents {
+			var r v1alpha1.PeeringReport
+			if err := cl.Get(ctx, client.ObjectKey{Name: n}, &r); err != nil || r.Gossip == nil {
+				return false, nil //nolint:nilerr // not written yet
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the agents' gossip reads did not all appear: %v", err)
+	}
+}
