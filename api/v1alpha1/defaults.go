@@ -24,6 +24,7 @@ type specDefaults struct {
 	maxUnavailableTime                 time.Duration
 	actions                            []RescueAction
 	fencingMode                        FencingMode
+	detection                          Detection
 	maxActionsPerMinute, maxConcurrent int32
 }
 
@@ -72,6 +73,7 @@ func readCRDDefaults(manifest []byte) (specDefaults, error) {
 		{spec.Properties["maxUnavailableTime"], &duration},
 		{spec.Properties["actions"], &d.actions},
 		{spec.Properties["fencing"].Properties["mode"], &d.fencingMode},
+		{spec.Properties["detection"], &d.detection},
 		{spec.Properties["limits"].Properties["maxActionsPerMinute"], &d.maxActionsPerMinute},
 		{spec.Properties["limits"].Properties["maxConcurrent"], &d.maxConcurrent},
 	} {
@@ -100,6 +102,9 @@ func (s *RecoveryPolicySpec) Default() {
 	}
 	if s.Fencing.Mode == "" {
 		s.Fencing.Mode = crdDefaults.fencingMode
+	}
+	if s.Detection == "" {
+		s.Detection = crdDefaults.detection
 	}
 	if s.Limits.MaxActionsPerMinute == 0 {
 		s.Limits.MaxActionsPerMinute = crdDefaults.maxActionsPerMinute

@@ -273,6 +273,7 @@ func TestDefaultPolicy(t *testing.T) {
 			PriorityClassNames: []string{"system-cluster-critical", "system-node-critical"},
 		},
 		MaxUnavailableTime: &metav1.Duration{Duration: 30 * time.Second},
+		Detection:          DetectionNotReady,
 		Actions:            []RescueAction{DeleteAndReplace, ScaleBounce},
 		Fencing:            FencingPolicy{Mode: OutOfServiceTaint},
 		Limits:             Limits{MaxActionsPerMinute: 10, MaxConcurrent: 5},

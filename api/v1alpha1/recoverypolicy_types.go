@@ -44,6 +44,25 @@ const (
 	Never FencingMode = "Never"
 )
 
+// Detection says what makes a node count as down for a policy's pods, and
+// so when their maxUnavailableTime starts.
+// +kubebuilder:validation:Enum=NotReady;TwoPlanes
+type Detection string
+
+const (
+	// DetectionNotReady: the node's Ready condition is not True, which
+	// kube-controller-manager decides once its node grace period (50 s by
+	// default) has passed without a heartbeat.
+	DetectionNotReady Detection = "NotReady"
+	// DetectionTwoPlanes: as NotReady, and also a node the API still has
+	// Ready that rebound found dead on both planes (its Lease not renewed
+	// on rebound's clock, and a quorum of its gossip watchers say dead)
+	// and marked with the taint rebound.dev/unreachable. The clock then
+	// starts at that detection, seconds after the death rather than at
+	// the end of the node grace period.
+	DetectionTwoPlanes Detection = "TwoPlanes"
+)
+
 // MaxMaxUnavailableTime is the largest maxUnavailableTime accepted. The
 // defaults of the optional fields are the +kubebuilder:default markers
 // below, and only those (see defaults.go).
@@ -67,6 +86,18 @@ type RecoveryPolicySpec struct {
 	// +kubebuilder:validation:XValidation:rule="self >= duration('0s') && self <= duration('1h')",message="spec.maxUnavailableTime must be between 0s and 1h: set a duration such as 30s"
 	// +optional
 	MaxUnavailableTime *metav1.Duration `json:"maxUnavailableTime,omitempty"`
+
+	// Detection says when a node counts as down for this policy's pods:
+	// NotReady (the Ready condition is not True), or TwoPlanes (also a
+	// node the API still has Ready that rebound marked
+	// rebound.dev/unreachable, being dead on both its Lease and the
+	// agents' gossip; maxUnavailableTime then counts from that detection).
+	// TwoPlanes needs the controller's --lease-plane and agents that
+	// gossip; without them it acts as NotReady. Targets, limits, holds
+	// and fencing apply alike.
+	// +kubebuilder:default=NotReady
+	// +optional
+	Detection Detection `json:"detection,omitempty"`
 
 	// Actions rebound may take, in order of preference, each at most once.
 	// +kubebuilder:default={"DeleteAndReplace","ScaleBounce"}

@@ -55,6 +55,7 @@ var (
 	}
 	validActions      = []string{string(DeleteAndReplace), string(ScaleBounce)}
 	validFencingModes = []string{string(OutOfServiceTaint), string(Never)}
+	validDetections   = []string{string(DetectionNotReady), string(DetectionTwoPlanes)}
 
 	maxMaxUnavailableTime = mustParseDuration(MaxMaxUnavailableTime)
 )
@@ -122,6 +123,10 @@ func (s *RecoveryPolicySpec) validate(path *field.Path) field.ErrorList {
 
 	if m := s.Fencing.Mode; m != "" && !slices.Contains(validFencingModes, string(m)) {
 		errs = append(errs, field.NotSupported(path.Child("fencing", "mode"), m, validFencingModes))
+	}
+
+	if d := s.Detection; d != "" && !slices.Contains(validDetections, string(d)) {
+		errs = append(errs, field.NotSupported(path.Child("detection"), d, validDetections))
 	}
 
 	limits := path.Child("limits")

@@ -252,6 +252,7 @@ func duration(d time.Duration) *metav1.Duration { return &metav1.Duration{Durati
 func TestDefault(t *testing.T) {
 	full := RecoveryPolicySpec{
 		MaxUnavailableTime: duration(30 * time.Second),
+		Detection:          DetectionNotReady,
 		Actions:            []RescueAction{DeleteAndReplace, ScaleBounce},
 		Fencing:            FencingPolicy{Mode: OutOfServiceTaint},
 		Limits:             Limits{MaxActionsPerMinute: 10, MaxConcurrent: 5},
@@ -266,6 +267,7 @@ func TestDefault(t *testing.T) {
 			name: "set fields kept",
 			in: RecoveryPolicySpec{
 				MaxUnavailableTime: duration(0),
+				Detection:          DetectionTwoPlanes,
 				Actions:            []RescueAction{ScaleBounce},
 				Fencing:            FencingPolicy{Mode: Never},
 				Limits:             Limits{MaxActionsPerMinute: 1},
@@ -273,6 +275,7 @@ func TestDefault(t *testing.T) {
 			},
 			want: RecoveryPolicySpec{
 				MaxUnavailableTime: duration(0),
+				Detection:          DetectionTwoPlanes,
 				Actions:            []RescueAction{ScaleBounce},
 				Fencing:            FencingPolicy{Mode: Never},
 				Limits:             Limits{MaxActionsPerMinute: 1, MaxConcurrent: 5},
@@ -286,6 +289,7 @@ func TestDefault(t *testing.T) {
 			in:   RecoveryPolicySpec{Actions: []RescueAction{}},
 			want: RecoveryPolicySpec{
 				MaxUnavailableTime: full.MaxUnavailableTime,
+				Detection:          full.Detection,
 				Actions:            []RescueAction{},
 				Fencing:            full.Fencing,
 				Limits:             full.Limits,
@@ -341,6 +345,7 @@ func TestValidate(t *testing.T) {
 		}, want: []string{"spec.actions", "spec.actions[0]", "spec.actions"}},
 		{name: "empty actions", mutate: func(p *RecoveryPolicy) { p.Spec.Actions = []RescueAction{} }, want: []string{"spec.actions"}},
 		{name: "unknown fencing", mutate: func(p *RecoveryPolicy) { p.Spec.Fencing.Mode = "Maybe" }, want: []string{"spec.fencing.mode"}},
+		{name: "unknown detection", mutate: func(p *RecoveryPolicy) { p.Spec.Detection = "Gossip" }, want: []string{"spec.detection"}},
 		{name: "limits out of range", mutate: func(p *RecoveryPolicy) { p.Spec.Limits = Limits{MaxActionsPerMinute: -1, MaxConcurrent: 101} },
 			want: []string{"spec.limits.maxActionsPerMinute", "spec.limits.maxConcurrent"}},
 		{name: "selects nothing", mutate: func(p *RecoveryPolicy) {

@@ -60,6 +60,7 @@ func TestDefault(t *testing.T) {
 			PriorityClassNames: []string{"system-cluster-critical", "system-node-critical"},
 		},
 		MaxUnavailableTime: &metav1.Duration{Duration: 30 * time.Second},
+		Detection:          v1alpha1.DetectionNotReady,
 		Actions:            []v1alpha1.RescueAction{v1alpha1.DeleteAndReplace, v1alpha1.ScaleBounce},
 		Fencing:            v1alpha1.FencingPolicy{Mode: v1alpha1.OutOfServiceTaint},
 		Limits:             v1alpha1.Limits{MaxActionsPerMinute: 10, MaxConcurrent: 5},
