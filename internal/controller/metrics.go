@@ -1,11 +1,14 @@
 package controller
 
 import (
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
@@ -54,6 +57,16 @@ var (
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 	})
 
+	nodeVerdicts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_node_verdict",
+		Help: "Nodes by liveness verdict (Alive, CutOffFromAPI, Dead, Unknown); early=\"true\" counts the Dead nodes the API still has Ready, found dead on both the Lease and the gossip plane.",
+	}, []string{"verdict", "early"})
+	detectionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "rebound_detection_seconds",
+		Help:    "From the last Lease renewal rebound saw of a node to its two-plane Dead verdict, once per death: an upper bound on the time from death to detection.",
+		Buckets: []float64{1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 30, 45, 60, 120},
+	})
+
 	peerSetNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rebound_peering_nodes",
 		Help: "Nodes the peering controller plans for (the set's candidates); rebound_peering_set_size below it means nodes are left out of the mesh.",
@@ -62,7 +75,8 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(zoneStateGauge, zoneEvictionRate, strandedPodsGauge, strandedDeadlineGauge,
-		waitingForFencingGauge, heldPodsGauge, rescuesTotal, recoveryTriggers, planSeconds, peerSetNodes)
+		waitingForFencingGauge, heldPodsGauge, rescuesTotal, recoveryTriggers, planSeconds, peerSetNodes,
+		nodeVerdicts, detectionSeconds)
 }
 
 var allZoneStates = []zone.State{zone.Initial, zone.Normal, zone.PartialDisruption, zone.FullDisruption}
@@ -123,4 +137,42 @@ func observePeeringNodes(name string, res peering.Result) {
 		}
 	}
 	peerSetNodes.WithLabelValues(name).Set(float64(nodes))
+}
+
+// verdictMetrics publishes the verdict counts and observes each two-plane
+// death's detection time once: detected remembers, per node, the
+// detection already observed.
+type verdictMetrics struct {
+	mu       sync.Mutex
+	detected map[string]time.Time
+}
+
+func (m *verdictMetrics) observe(a liveness.Assessment, now time.Time) {
+	counts := map[[2]string]int{}
+	for _, v := range []liveness.Verdict{liveness.Alive, liveness.CutOffFromAPI, liveness.Dead, liveness.Unknown} {
+		counts[[2]string{string(v), "false"}] = 0
+	}
+	counts[[2]string{string(liveness.Dead), "true"}] = 0
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.detected == nil {
+		m.detected = map[string]time.Time{}
+	}
+	for name, v := range a.Nodes {
+		counts[[2]string{string(v.Verdict), strconv.FormatBool(v.Early)}]++
+		if v.Verdict != liveness.Dead || v.DetectedAt.IsZero() || v.LeaseRenewSeen.IsZero() {
+			if v.Verdict != liveness.Dead {
+				delete(m.detected, name)
+			}
+			continue
+		}
+		if seen, ok := m.detected[name]; ok && seen.Equal(v.DetectedAt) {
+			continue
+		}
+		m.detected[name] = v.DetectedAt
+		detectionSeconds.Observe(now.Sub(v.LeaseRenewSeen).Seconds())
+	}
+	for k, n := range counts {
+		nodeVerdicts.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
 }

@@ -22,6 +22,7 @@ import (
 // cannot be read the verdicts rest on the API alone, the safe side: no
 // NotReady node counts as alive, and none as dead by the network's word.
 func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, leases *liveness.LeaseTracker, opts liveness.Options) func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
+	var metrics verdictMetrics
 	return func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
 		firstSeen := tracker.Observe(kube.LivenessNodes(nodes), now)
 		var list v1alpha1.PeeringReportList
@@ -31,6 +32,8 @@ func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, leases *
 				list.Items = nil
 			}
 		}
-		return kube.Assess(nodes, list.Items, firstSeen, leases.Leases(), now, opts)
+		a := kube.Assess(nodes, list.Items, firstSeen, leases.Leases(), now, opts)
+		metrics.observe(a, now)
+		return a
 	}
 }
