@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +16,7 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/liveness"
+	"rebound/pkg/peering/kube"
 )
 
 // The Lease plane: the kubelet's path to the API, timed on rebound's own
@@ -41,7 +41,7 @@ func SetupLeasePlane(mgr ctrl.Manager, tracker *liveness.LeaseTracker, clk clock
 	}
 	observe := func(obj any) {
 		if l, ok := obj.(*coordinationv1.Lease); ok && l.Namespace == corev1.NamespaceNodeLease {
-			renew, duration := leaseRenewal(l)
+			renew, duration := kube.LeaseRenewal(l)
 			tracker.Observe(l.Name, renew, duration, clk.Now())
 		}
 	}
@@ -61,20 +61,6 @@ func SetupLeasePlane(mgr ctrl.Manager, tracker *liveness.LeaseTracker, clk clock
 		return fmt.Errorf("Lease plane handler: %w", err)
 	}
 	return nil
-}
-
-// leaseRenewal reads what the tracker compares: the renew time as written
-// (the kubelet's clock: compared, never used as a time) and the duration.
-func leaseRenewal(l *coordinationv1.Lease) (time.Time, time.Duration) {
-	var renew time.Time
-	if l.Spec.RenewTime != nil {
-		renew = l.Spec.RenewTime.Time
-	}
-	var d time.Duration
-	if l.Spec.LeaseDurationSeconds != nil {
-		d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-	}
-	return renew, d
 }
 
 // trimLease keeps what the Lease plane reads: name, renew time and

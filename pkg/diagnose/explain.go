@@ -13,6 +13,7 @@
 package diagnose
 
 import (
+	"math"
 	"cmp"
 	"fmt"
 	"slices"
@@ -479,15 +480,22 @@ func short(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
-// liveness lists the verdicts on the NotReady nodes, by name.
+// liveness lists the verdicts of the nodes that are not plainly Alive, by
+// name.
 func (e *explainer) liveness() []NodeLiveness {
 	out := []NodeLiveness{}
 	for name, v := range e.s.Verdicts {
-		if v.Verdict == liveness.Alive {
+		if v.Verdict == liveness.Alive && !v.LeaseStale {
 			continue
 		}
-		out = append(out, NodeLiveness{Node: name, Verdict: string(v.Verdict), Since: v.Since.UTC(), Veto: v.Veto,
-			Observers: v.Observers, DownVotes: v.DownVotes, UpVotes: v.UpVotes, Reason: v.Reason})
+		l := NodeLiveness{Node: name, Verdict: string(v.Verdict), Since: v.Since.UTC(), Veto: v.Veto,
+			Observers: v.Observers, DownVotes: v.DownVotes, UpVotes: v.UpVotes, LeaseStale: v.LeaseStale,
+			GossipWatchers: v.GossipWatchers, GossipDown: v.GossipDown, GossipUp: v.GossipUp, Early: v.Early, Reason: v.Reason}
+		if !v.LeaseRenewSeen.IsZero() {
+			age := Seconds(math.Round(e.s.Now.Sub(v.LeaseRenewSeen).Seconds()*10) / 10)
+			l.LeaseAge = &age
+		}
+		out = append(out, l)
 	}
 	slices.SortFunc(out, func(a, b NodeLiveness) int { return strings.Compare(a.Node, b.Node) })
 	return out

@@ -92,8 +92,19 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 	}
 	// The liveness verdicts from the same model the controller's planners
 	// read. diagnose has no observation history, so its clocks are the
-	// API's transitions, and each verdict's reason says so.
-	s.Verdicts = kube.AssessReports(s.Nodes, x.PeeringReports, nil, nil, s.Now, liveness.Options{}).Nodes
+	// API's (transitions, Lease renew times), and each verdict's reason
+	// says so.
+	var leases map[string]liveness.Lease
+	nodeLeases, err := c.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsForbidden(err):
+		x.Warnings = append(x.Warnings, "cannot list the Leases in kube-node-lease: verdicts without the Lease plane (grant rebound-diagnose from deploy/rbac)")
+	case err != nil:
+		return s, x, describe(c, "leases", err)
+	default:
+		leases = kube.LeasesAsWritten(nodeLeases.Items)
+	}
+	s.Verdicts = kube.AssessReports(s.Nodes, x.PeeringReports, nil, leases, s.Now, liveness.Options{}).Nodes
 
 	s.Policies, err = listPolicies(ctx, c)
 	switch {

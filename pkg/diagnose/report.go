@@ -77,7 +77,8 @@ type Report struct {
 	Warnings []string `json:"warnings"`
 }
 
-// NodeLiveness is one NotReady node's verdict with its evidence.
+// NodeLiveness is the verdict, with its evidence, of one node that is not
+// plainly Alive: NotReady, or Ready with a stale Lease.
 type NodeLiveness struct {
 	Node string `json:"node"`
 	// Verdict is CutOffFromAPI, Dead or Unknown.
@@ -89,8 +90,23 @@ type NodeLiveness struct {
 	Observers int    `json:"observers"`
 	DownVotes int    `json:"downVotes"`
 	UpVotes   int    `json:"upVotes"`
-	Reason    string `json:"reason"`
+	// The Lease plane: how long ago the node's Lease was renewed (by its
+	// renewTime: diagnose has no observation history), and whether that
+	// is past its renew interval plus the margin. Absent without a Lease.
+	LeaseAge   *Seconds `json:"leaseAgeSeconds,omitempty"`
+	LeaseStale bool     `json:"leaseStale,omitempty"`
+	// The gossip plane: the node's watchers on the agents' ring and how
+	// many of them say dead or alive.
+	GossipWatchers int `json:"gossipWatchers,omitempty"`
+	GossipDown     int `json:"gossipDown,omitempty"`
+	GossipUp       int `json:"gossipUp,omitempty"`
+	// Early: dead on both planes while the API still has it Ready.
+	Early  bool   `json:"early,omitempty"`
+	Reason string `json:"reason"`
 }
+
+// Seconds is a duration in seconds, to one decimal.
+type Seconds float64
 
 // Finding is one problem, in words, with where to look.
 type Finding struct {

@@ -83,9 +83,23 @@ func WriteText(w io.Writer, r Report) error {
 	}
 
 	if len(r.Liveness) > 0 {
-		p.section("Liveness of the NotReady nodes (clocks from the API's transitions)")
+		p.section("Liveness of the nodes not plainly Alive (clocks from the API's times)")
 		for _, l := range r.Liveness {
-			p.linef("  %s: %s, NotReady since %s; %d observer(s), %d down, %d up", l.Node, l.Verdict, clock(l.Since, r.Time), l.Observers, l.DownVotes, l.UpVotes)
+			state := "NotReady"
+			if l.Verdict == "Alive" || l.Early || l.LeaseStale {
+				state = "in the API's state"
+			}
+			p.linef("  %s: %s, %s since %s; BGP: %d observer(s), %d down, %d up", l.Node, l.Verdict, state, clock(l.Since, r.Time), l.Observers, l.DownVotes, l.UpVotes)
+			if l.LeaseAge != nil || l.GossipWatchers > 0 {
+				lease := "no Lease"
+				if l.LeaseAge != nil {
+					lease = fmt.Sprintf("Lease renewed %.1fs ago", float64(*l.LeaseAge))
+					if l.LeaseStale {
+						lease += " (stale)"
+					}
+				}
+				p.linef("    planes: %s; gossip: %d watcher(s), %d dead, %d alive", lease, l.GossipWatchers, l.GossipDown, l.GossipUp)
+			}
 			p.wrapped("    ", l.Reason)
 		}
 	}

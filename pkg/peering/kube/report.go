@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -126,6 +127,34 @@ func Assess(nodes []*corev1.Node, reports []v1alpha1.PeeringReport, firstSeen ma
 // through the dynamic client). leases is the Lease plane (nil: none).
 func AssessReports(nodes []*corev1.Node, reports []peering.Report, firstSeen map[string]time.Time, leases map[string]liveness.Lease, now time.Time, opts liveness.Options) liveness.Assessment {
 	return liveness.Assess(liveness.Input{Nodes: LivenessNodes(nodes), Reports: reports, FirstSeen: firstSeen, Leases: leases, Options: opts}, now)
+}
+
+// LeaseRenewal reads what the Lease plane compares of a node's Lease: its
+// renew time as written (the kubelet's clock: a change of it is a
+// renewal, it is never used as a time by the controller) and its
+// duration; zero for fields not set.
+func LeaseRenewal(l *coordinationv1.Lease) (renew time.Time, duration time.Duration) {
+	if l.Spec.RenewTime != nil {
+		renew = l.Spec.RenewTime.Time
+	}
+	if l.Spec.LeaseDurationSeconds != nil {
+		duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return renew, duration
+}
+
+// LeasesAsWritten is the Lease plane of a one-shot reader (diagnose),
+// which has no observation history: each renewal is taken at the time the
+// kubelet wrote, and the verdicts say their clocks are the API's.
+func LeasesAsWritten(leases []coordinationv1.Lease) map[string]liveness.Lease {
+	out := make(map[string]liveness.Lease, len(leases))
+	for i := range leases {
+		renew, d := LeaseRenewal(&leases[i])
+		if !renew.IsZero() && d > 0 {
+			out[leases[i].Name] = liveness.Lease{RenewSeen: renew, RenewInterval: d / 4}
+		}
+	}
+	return out
 }
 
 // LivenessNodes reads what the liveness model needs of each Node.
