@@ -13,9 +13,9 @@
 package diagnose
 
 import (
-	"math"
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
