@@ -125,8 +125,14 @@ type Action struct {
 	// Replicas is the count to save (ScaleDown) or restore (ScaleRestore).
 	Replicas int32
 	// Incident is, for ScaleDown, when the stranded pod's node went
-	// NotReady: the value of ScaleBouncedForAnnotation.
+	// NotReady (or was marked unreachable, if earlier): the value of
+	// ScaleBouncedForAnnotation.
 	Incident time.Time
+	// TwoPlane is set on a delete a two-plane verdict decided (policy
+	// detection TwoPlanes): the executor then requires what it says of
+	// the node's Lease, taint and verdict, where it would otherwise
+	// refuse every delete off a Ready node.
+	TwoPlane *TwoPlaneCheck
 	// DryRun: the policy is in dry run; log the action, change nothing.
 	DryRun bool
 	// Reason names the rule, fit for an Event and a log line.
@@ -338,7 +344,7 @@ func (p *planner) decideStateless(i int, pod *corev1.Pod, rule *policyRule, o ow
 // every replica, so with one available it would take a working service
 // down).
 func bounceRefused(cp *CriticalPod, d *appsv1.Deployment) (string, bool) {
-	if why, covered := BounceCovers(d.Annotations, cp.NotReadySince); covered {
+	if why, covered := BounceCovers(d.Annotations, cp.Incident); covered {
 		return why, true
 	}
 	if n := d.Status.AvailableReplicas; n > 0 {
@@ -353,7 +359,7 @@ func bounceRefused(cp *CriticalPod, d *appsv1.Deployment) (string, bool) {
 func (p *planner) proposeScaleDown(i int, pod *corev1.Pod, rule *policyRule, starts bool, o owners, format string, args ...any) {
 	d := o.deployment
 	want := desiredReplicas(d.Spec.Replicas)
-	since := p.critical[i].NotReadySince
+	since := p.critical[i].Incident
 	p.propose(i, pod, rule, starts, Action{
 		Kind:            ActionScaleDown,
 		Name:            d.Name,
@@ -406,6 +412,11 @@ func (p *planner) propose(i int, pod *corev1.Pod, rule *policyRule, starts bool,
 	cp := &p.critical[i]
 	reason := fmt.Sprintf(format, args...) + "; " + strandedSummary(cp, rule.maxUnavailable, p.now)
 	a.Policy, a.Namespace, a.Pod, a.Node, a.Reason = rule.name, cp.Namespace, cp.Name, cp.Node, reason
+	if n := p.idx.notReady[cp.Node]; n != nil && (a.Kind == ActionDelete || a.Kind == ActionForceDelete) {
+		// The deletes' re-check; a scale bounce needs no node, and comes
+		// only for a Deployment with no replica available.
+		a.TwoPlane = n.twoPlaneFor(rule)
+	}
 	cp.Reason = reason
 	p.candidates = append(p.candidates, candidate{pod: i, rule: rule, act: a, startsRescue: starts, obj: pod})
 }

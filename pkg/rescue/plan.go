@@ -20,6 +20,13 @@
 //	DaemonSet pod, mirror (static) pod                 Skip               none, ever
 //	NotReady < maxUnavailableTime, upstream too late   NotYet             none; NextCheck at the deadline
 //	upstream evicts by the deadline                    LeftToUpstream     none
+//	policy detection TwoPlanes, node dead on both      (as above)         its pods are examined although the API may have it
+//	  planes and marked rebound.dev/unreachable                           Ready; the clock counts from the verdict's
+//	  (pkg/unreachable), its Lease renewTime known                        DetectedAt; each action carries a TwoPlaneCheck
+//	                                                                      the executor re-checks (Lease renewTime, the
+//	                                                                      taint, the verdict) in place of "node Ready";
+//	                                                                      every other row applies unchanged
+//	  ... any other policy, or the node not marked     none               a node the API has Ready is not down for it
 //	(*) every node NotReady (full disruption)          Held               none; like kube-controller-manager, which evicts
 //	                                                                      nothing then: the control plane is the likelier side
 //	                                                                      cut off. Computed from the nodes, not from the zone
@@ -30,8 +37,9 @@
 //	    (target.go: taints, nodeSelector/affinity,                        taint, affinity, host port, resources, pod
 //	    host ports, requests vs allocatable minus                         (anti-)affinity, NotReady), naming the reservation
 //	    requested, pod (anti-)affinity; minus what                        in the way; re-planned when a node changes (the
-//	    this pass's replacements, Pending pods and                        controller watches nodes) and every 15 s
-//	    unseen replacements reserve)
+//	    this pass's replacements, Pending pods and                        controller watches nodes) and every 15 s; a node
+//	    unseen replacements reserve)                                      the API has Ready but that is dead on both planes
+//	                                                                      is no target for any policy
 //	stranded ReplicaSet/Deployment pod                 Act                Delete (graceful, UID precondition); on a node that
 //	                                                                      Snapshot.Verdicts says is CutOffFromAPI, the reason
 //	                                                                      old copy may still run until the node returns
@@ -71,6 +79,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"rebound/pkg/kubestatus"
+	"rebound/pkg/unreachable"
 	"rebound/pkg/zone"
 )
 
@@ -128,9 +137,18 @@ type CriticalPod struct {
 	// says how it was chosen when several select the pod.
 	Policy, PolicyNote string
 	Workload           Workload
-	// NotReadySince is when the node's Ready condition stopped being True;
-	// Deadline is NotReadySince + the policy's maxUnavailableTime.
+	// NotReadySince is when the node's Ready condition stopped being True
+	// (zero for a node the API still has Ready, see DetectedAt); Deadline
+	// is when the policy's maxUnavailableTime runs out, counted from it.
 	NotReadySince, Deadline time.Time
+	// DetectedAt is set when the policy detects on two planes and the node
+	// is dead on both and marked unreachable: Deadline counts from it
+	// instead, and the action carries a TwoPlaneCheck.
+	DetectedAt time.Time
+	// Incident is when the node's trouble began, the scale bounce's
+	// incident key: NotReadySince, or the time rebound marked the node
+	// unreachable when earlier.
+	Incident time.Time
 	// Terminating is true when the pod has a deletionTimestamp.
 	Terminating bool
 	// UpstreamEviction is when kube-controller-manager evicts the pod on
@@ -244,9 +262,9 @@ func PlanFor(s Snapshot) Plan {
 	if err := cfg.Validate(); err != nil {
 		p.warnings = append(p.warnings, "zone config: "+err.Error())
 	}
-	infos, notReady := indexNodes(s.Nodes, s.Verdicts)
+	infos, notReady, readyNodes := indexNodes(s.Nodes, s.Verdicts, s.LeaseRenewTimes)
 	p.totalNodes = len(infos)
-	p.readyNodes = len(infos) - len(notReady)
+	p.readyNodes = readyNodes
 	p.disruption = Disruption{Active: p.totalNodes > 0 && p.readyNodes == 0, EndedAt: s.PreviousDisruption.EndedAt}
 	if s.PreviousDisruption.Active && !p.disruption.Active {
 		p.disruption.EndedAt = s.Now
@@ -268,9 +286,13 @@ func PlanFor(s Snapshot) Plan {
 			if node == nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 				continue
 			}
-			if rule, note := choosePolicy(p.rules, pod, s.Namespaces); rule != nil {
-				found = append(found, examined{pod: pod, node: node, rule: rule, note: note})
+			rule, note := choosePolicy(p.rules, pod, s.Namespaces)
+			if rule == nil || (node.early && !rule.twoPlanes) {
+				// A node the API has Ready is down only for the
+				// policies that detect on two planes.
+				continue
 			}
+			found = append(found, examined{pod: pod, node: node, rule: rule, note: note})
 		}
 	}
 	p.idx = indexOwners(&s, found)
@@ -289,16 +311,34 @@ func PlanFor(s Snapshot) Plan {
 // transition, and a controller restarted during an incident starts its
 // clocks again), or the end of the last full disruption, whether this
 // planner saw it (Disruption.EndedAt) or reads it from the nodes
-// (firstReturn).
-func (p *planner) clockStart(node *nodeState) time.Time {
+// (firstReturn). For a policy with detection TwoPlanes and a node dead on
+// both planes and marked unreachable, it is the detection instead (the
+// Lease went stale on rebound's own clock, so neither a kubelet's clock
+// nor a restart can make it look old), still no earlier than the end of a
+// full disruption.
+func (p *planner) clockStart(node *nodeState, rule *policyRule) time.Time {
+	if tp := node.twoPlaneFor(rule); tp != nil {
+		return latest(tp.DetectedAt, p.disruption.EndedAt, p.firstReturn)
+	}
 	return latest(node.since, node.observed, p.disruption.EndedAt, p.firstReturn)
+}
+
+// twoPlaneFor is the node's two-plane check when rule counts on it; nil
+// otherwise.
+func (n *nodeState) twoPlaneFor(rule *policyRule) *TwoPlaneCheck {
+	if !rule.twoPlanes {
+		return nil
+	}
+	return n.twoPlane
 }
 
 // clockRestartNote explains a clock that did not start at the node's
 // NotReady transition; "" when it did.
-func (p *planner) clockRestartNote(node *nodeState) string {
-	start := p.clockStart(node)
+func (p *planner) clockRestartNote(node *nodeState, rule *policyRule) string {
+	start := p.clockStart(node, rule)
 	switch {
+	case node.twoPlaneFor(rule) != nil:
+		return fmt.Sprintf(" (policy %s detects on two planes: the clock counts from %s, when the node's Lease went stale on rebound's clock with its gossip watchers saying dead)", rule.name, formatTime(start))
 	case !start.After(node.since):
 		return ""
 	case start.Equal(node.observed):
@@ -393,8 +433,12 @@ func (p *planner) examine(e examined) {
 		PolicyNote:    e.note,
 		Workload:      w,
 		NotReadySince: node.since,
-		Deadline:      p.clockStart(node).Add(rule.maxUnavailable),
+		Deadline:      p.clockStart(node, rule).Add(rule.maxUnavailable),
 		Terminating:   pod.DeletionTimestamp != nil,
+		Incident:      node.incident,
+	}
+	if tp := node.twoPlaneFor(rule); tp != nil {
+		cp.DetectedAt = tp.DetectedAt
 	}
 	rule.report.Critical++
 
@@ -414,6 +458,11 @@ func (p *planner) examine(e examined) {
 		// NotReady node the kubelet never confirms the deletion.
 		cp.UpstreamReason = fmt.Sprintf("already deleted (deletion requested at %s); a NotReady node's kubelet never completes it",
 			formatTime(deletionRequestedAt(pod)))
+	} else if node.early {
+		// Upstream has not started: its eviction comes no earlier than
+		// the NotReady it decides at the end of its node grace period,
+		// plus the pod's toleration; the policy asked not to wait for it.
+		cp.UpstreamReason = "the API still has the node Ready: upstream evicts nothing before its node grace period runs out, the node is NotReady and the pod's toleration has passed"
 	} else {
 		ev := evictionFor(pod, node, &p.zones, p.now)
 		cp.UpstreamEviction, cp.UpstreamEstimated, cp.UpstreamReason = ev.at, ev.estimated, ev.reason
@@ -430,11 +479,17 @@ func (p *planner) examine(e examined) {
 			// not come; check again at the deadline.
 			p.wake(cp.Deadline)
 		}
+	case p.now.Before(cp.Deadline) && !cp.DetectedAt.IsZero():
+		cp.Decision = DecisionNotYet
+		cp.Reason = fmt.Sprintf("node %s dead on both planes for %s of maxUnavailableTime %s: stranded at %s if still dead",
+			cp.Node, p.now.Sub(cp.Deadline.Add(-rule.maxUnavailable)).Round(time.Second), rule.maxUnavailable, formatTime(cp.Deadline))
+		cp.Reason += p.clockRestartNote(node, rule)
+		p.wake(cp.Deadline)
 	case p.now.Before(cp.Deadline):
 		cp.Decision = DecisionNotYet
 		cp.Reason = fmt.Sprintf("node %s NotReady for %s of maxUnavailableTime %s: stranded at %s if still NotReady",
 			cp.Node, p.now.Sub(cp.NotReadySince).Round(time.Second), rule.maxUnavailable, formatTime(cp.Deadline))
-		cp.Reason += p.clockRestartNote(node)
+		cp.Reason += p.clockRestartNote(node, rule)
 		p.wake(cp.Deadline)
 	default:
 		cp.Stranded = true
@@ -469,6 +524,13 @@ func strandedSummary(cp *CriticalPod, maxUnavailable time.Duration, now time.Tim
 	}
 	if cp.Terminating {
 		upstream = "moot (already deleted)"
+	}
+	if !cp.DetectedAt.IsZero() {
+		if cp.NotReadySince.IsZero() && !cp.Terminating {
+			upstream = "not before the API has the node NotReady"
+		}
+		return fmt.Sprintf("node %s dead on both planes for %s (detected at %s on rebound's clock, marked %s) >= maxUnavailableTime %s, upstream eviction %s",
+			cp.Node, now.Sub(cp.Deadline.Add(-maxUnavailable)).Round(time.Second), formatTime(cp.DetectedAt), unreachable.TaintKey, maxUnavailable, upstream)
 	}
 	// The clock that ran out started at Deadline - maxUnavailableTime,
 	// which is later than the transition when rebound saw the node go

@@ -383,6 +383,7 @@ func cloneSnapshot(s Snapshot) Snapshot {
 		}
 	}
 	c.Verdicts = maps.Clone(s.Verdicts)
+	c.LeaseRenewTimes = maps.Clone(s.LeaseRenewTimes)
 	c.Usage = maps.Clone(s.Usage)
 	c.RecentActions = slices.Clone(s.RecentActions)
 	return c

@@ -14,6 +14,7 @@ import (
 	"rebound/api/v1alpha1"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/liveness"
+	"rebound/pkg/unreachable"
 	"rebound/pkg/zone"
 )
 
@@ -70,6 +71,13 @@ type Snapshot struct {
 	// than a stall), and a stateless pod may, with a reason that says so.
 	// nil, or a node missing: the API's transition alone, as upstream.
 	Verdicts map[string]liveness.NodeVerdict
+	// LeaseRenewTimes is each node's Lease spec.renewTime as read before
+	// the verdicts were computed: written by the kubelet's clock, so only
+	// ever compared, never used as a time. An action a two-plane verdict
+	// decides carries it (TwoPlaneCheck), and the executor refuses that
+	// action if the Lease it re-reads says otherwise. A node missing here
+	// gets no two-plane action.
+	LeaseRenewTimes map[string]time.Time
 	// RecentActions is the caller's in-memory ledger of the real actions
 	// it took within the last minute (the controller's; nil for a
 	// one-shot CLI). The rate limit counts the union of these and
@@ -162,22 +170,41 @@ type nodeState struct {
 	// ahead counts the untainted NotReady nodes of the same zone that
 	// upstream's taint queue serves before this one (see queuePositions).
 	ahead int
+	// twoPlane is set when the node is dead on both planes and carries
+	// rebound's taint rebound.dev/unreachable (pkg/unreachable): for the
+	// policies with detection TwoPlanes its clock starts at the
+	// detection. early: the API still has it Ready, and only those
+	// policies examine its pods.
+	twoPlane *TwoPlaneCheck
+	early    bool
+	// incident is when the node's trouble began, the key of the one scale
+	// bounce per incident: the NotReady transition, or the time rebound
+	// marked it unreachable when that was earlier (the same incident,
+	// since the mark comes off as soon as the node is not dead).
+	incident time.Time
 }
 
 // snapshotIndex holds the maps PlanFor builds once so that every lookup in
 // the pod loop is O(1): the benchmark has 150,000 pods.
 type snapshotIndex struct {
+	// notReady holds the nodes whose pods are examined: the NotReady
+	// ones, and those the API has Ready that are dead on both planes and
+	// marked unreachable (nodeState.early). Neither is a target.
 	notReady    map[string]*nodeState
 	replicaSets map[objKey]*appsv1.ReplicaSet
 	deployments map[objKey]*appsv1.Deployment
 	pvcs        map[objKey]*corev1.PersistentVolumeClaim
 }
 
-// indexNodes returns the zone model's view of every node and the state of
-// each NotReady node, keyed by name.
-func indexNodes(nodes []*corev1.Node, verdicts map[string]liveness.NodeVerdict) ([]zone.NodeInfo, map[string]*nodeState) {
+// indexNodes returns the zone model's view of every node (as upstream
+// sees them: by the Ready condition alone), the state of each node whose
+// pods the planner examines, keyed by name (the NotReady nodes, and the
+// Ready ones dead on both planes and marked unreachable), and how many
+// nodes the API has Ready.
+func indexNodes(nodes []*corev1.Node, verdicts map[string]liveness.NodeVerdict, leases map[string]time.Time) ([]zone.NodeInfo, map[string]*nodeState, int) {
 	infos := make([]zone.NodeInfo, 0, len(nodes))
 	notReady := make(map[string]*nodeState)
+	readyNodes := 0
 	for _, n := range nodes {
 		if n == nil {
 			continue
@@ -185,14 +212,27 @@ func indexNodes(nodes []*corev1.Node, verdicts map[string]liveness.NodeVerdict) 
 		ready, status, since := readyCondition(n)
 		info := zone.NodeFromLabels(n.Name, n.Labels, ready)
 		infos = append(infos, info)
-		if ready {
+		twoPlane := twoPlaneCheck(n, verdicts[n.Name], leases)
+		var ns *nodeState
+		switch {
+		case ready && twoPlane != nil && verdicts[n.Name].Early:
+			// Only the TwoPlanes policies examine its pods; for upstream,
+			// and for the zone model, it is Ready.
+			readyNodes++
+			ns = &nodeState{node: n, zone: info.Zone, readyStatus: status, twoPlane: twoPlane, early: true, incident: twoPlane.MarkedAt}
+		case ready:
+			readyNodes++
 			continue
-		}
-		ns := &nodeState{node: n, zone: info.Zone, readyStatus: status, since: since}
-		if v, ok := verdicts[n.Name]; ok && v.Verdict != liveness.Alive {
-			ns.observed = v.Since
-			if v.Verdict == liveness.CutOffFromAPI {
-				ns.alive = v.Reason
+		default:
+			ns = &nodeState{node: n, zone: info.Zone, readyStatus: status, since: since, twoPlane: twoPlane, incident: since}
+			if twoPlane != nil && twoPlane.MarkedAt.Before(since) {
+				ns.incident = twoPlane.MarkedAt
+			}
+			if v, ok := verdicts[n.Name]; ok && v.Verdict != liveness.Alive {
+				ns.observed = v.Since
+				if v.Verdict == liveness.CutOffFromAPI {
+					ns.alive = v.Reason
+				}
 			}
 		}
 		for i := range n.Spec.Taints {
@@ -208,7 +248,37 @@ func indexNodes(nodes []*corev1.Node, verdicts map[string]liveness.NodeVerdict) 
 		notReady[n.Name] = ns
 	}
 	queuePositions(notReady)
-	return infos, notReady
+	return infos, notReady, readyNodes
+}
+
+// TwoPlaneCheck is what an action decided by a two-plane verdict carries
+// for the executor, which re-checks it instead of refusing because the
+// node is Ready: the node's Lease must still name LeaseRenewTime (a
+// renewal since means the kubelet lives), the node must still carry
+// rebound's taint, and the verdict it asks for now must still be Dead on
+// both planes.
+type TwoPlaneCheck struct {
+	// LeaseRenewTime is the Lease's spec.renewTime the verdict rests on,
+	// as the kubelet wrote it: compared, never used as a time.
+	LeaseRenewTime time.Time
+	// DetectedAt is when the Lease went stale on rebound's clock (the
+	// verdict's DetectedAt): the start of the TwoPlanes clock.
+	DetectedAt time.Time
+	// MarkedAt is the timeAdded of rebound's taint on the node.
+	MarkedAt time.Time
+}
+
+// twoPlaneCheck is the node's TwoPlaneCheck, or nil when its pods are not
+// judged on two planes: it must be Dead with a detection time, carry
+// rebound's taint (the budgeted record of the verdict, pkg/unreachable),
+// and have a Lease renewTime to compare.
+func twoPlaneCheck(n *corev1.Node, v liveness.NodeVerdict, leases map[string]time.Time) *TwoPlaneCheck {
+	renew, ok := leases[n.Name]
+	taint := unreachable.Tainted(n)
+	if v.Verdict != liveness.Dead || v.DetectedAt.IsZero() || taint == nil || taint.TimeAdded == nil || !ok || renew.IsZero() {
+		return nil
+	}
+	return &TwoPlaneCheck{LeaseRenewTime: renew, DetectedAt: v.DetectedAt, MarkedAt: taint.TimeAdded.Time}
 }
 
 // IsFencingTaint reports whether a taint fences its node: the non-graceful
@@ -242,7 +312,8 @@ func readyCondition(n *corev1.Node) (ready bool, status corev1.ConditionStatus, 
 func queuePositions(notReady map[string]*nodeState) {
 	byZone := make(map[string][]*nodeState)
 	for _, ns := range notReady {
-		if len(ns.evictionTaints) == 0 {
+		// A node the API has Ready is in no upstream queue.
+		if len(ns.evictionTaints) == 0 && !ns.early {
 			byZone[ns.zone] = append(byZone[ns.zone], ns)
 		}
 	}
@@ -384,6 +455,7 @@ type policyRule struct {
 	allowDelete    bool
 	allowBounce    bool
 	fencing        v1alpha1.FencingMode
+	twoPlanes      bool
 	maxPerMinute   int
 	maxConcurrent  int
 	selector       *v1alpha1.CompiledCriticalSelector
@@ -421,6 +493,7 @@ func compilePolicy(p *v1alpha1.RecoveryPolicy) *policyRule {
 		allowDelete:    slices.Contains(spec.Actions, v1alpha1.DeleteAndReplace),
 		allowBounce:    slices.Contains(spec.Actions, v1alpha1.ScaleBounce),
 		fencing:        spec.Fencing.Mode,
+		twoPlanes:      spec.Detection == v1alpha1.DetectionTwoPlanes,
 		maxPerMinute:   int(spec.Limits.MaxActionsPerMinute),
 		maxConcurrent:  int(spec.Limits.MaxConcurrent),
 	}

@@ -65,7 +65,7 @@ func TestEvictionQueuePosition(t *testing.T) {
 	w.node("second-b", "z1", corev1.ConditionFalse, t0)
 	w.node("second-a", "z1", corev1.ConditionUnknown, t0)
 
-	infos, notReady := indexNodes(w.s.Nodes, nil)
+	infos, notReady, _ := indexNodes(w.s.Nodes, nil, nil)
 	zones := zone.Evaluate(infos, zone.DefaultConfig())
 	for name, ahead := range map[string]int{"first": 0, "second-a": 1, "second-b": 2} {
 		if got := notReady[name].ahead; got != ahead {

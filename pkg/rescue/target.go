@@ -17,6 +17,8 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fw "k8s.io/kube-scheduler/framework"
+
+	"rebound/pkg/liveness"
 )
 
 // "Act only where the replacement can run." Deleting a pod whose
@@ -227,7 +229,7 @@ func (t *targetIndex) build(s *Snapshot, notReady map[string]*nodeState) {
 			continue
 		}
 		t.nodeLabels[n.Name] = n.Labels
-		if notReady[n.Name] == nil {
+		if notReady[n.Name] == nil && !deadEarly(s.Verdicts[n.Name]) {
 			t.ready = append(t.ready, n)
 			t.rooms[n.Name] = &room{node: n, used: corev1.ResourceList{}}
 		}
@@ -958,10 +960,32 @@ func taintString(t *corev1.Taint) string {
 // reservations named in them, a large cluster could have one per node.
 const maxReasonGroups = 8
 
+// deadEarly: the API has the node Ready, but it is dead on both planes
+// (pkg/liveness). It is no target, for any policy, whether or not rebound
+// has marked it yet: a replacement sent there would never start.
+func deadEarly(v liveness.NodeVerdict) bool {
+	return v.Verdict == liveness.Dead && v.Early
+}
+
+// downCounts counts the nodes no replacement may go to: NotReady ones,
+// and those the API has Ready that are dead on both planes.
+func (p *planner) downCounts() (notReady, dead int) {
+	for _, n := range p.snap.Nodes {
+		switch {
+		case n == nil:
+		case p.idx.notReady[n.Name] != nil && !p.idx.notReady[n.Name].early:
+			notReady++
+		case p.idx.notReady[n.Name] != nil, deadEarly(p.snap.Verdicts[n.Name]):
+			dead++
+		}
+	}
+	return notReady, dead
+}
+
 // summarizeRejections groups the nodes by reason, a few names each, so
-// that the reason stays readable with a thousand nodes. NotReady nodes are
-// counted, not listed one by one.
-func summarizeRejections(rejected []rejection, notReady int) string {
+// that the reason stays readable with a thousand nodes. NotReady nodes,
+// and Ready ones dead on both planes, are counted, not listed one by one.
+func summarizeRejections(rejected []rejection, notReady, dead int) string {
 	var groups []string
 	byWhy := map[string][]string{}
 	for _, r := range rejected {
@@ -985,6 +1009,9 @@ func summarizeRejections(rejected []rejection, notReady int) string {
 	}
 	if notReady > 0 {
 		parts = append(parts, fmt.Sprintf("NotReady: %d node(s)", notReady))
+	}
+	if dead > 0 {
+		parts = append(parts, fmt.Sprintf("Ready in the API but dead on both planes: %d node(s)", dead))
 	}
 	if len(parts) == 0 {
 		return "the cluster has no node"
@@ -1025,8 +1052,9 @@ func (p *planner) placeReplacement(c *candidate) (slot int, ok bool) {
 	}
 	node, rejected := t.findTarget(c.obj, o)
 	if node == "" {
+		notReady, dead := p.downCounts()
 		p.report(cp, DecisionNoTarget, "no Ready node can run the replacement (%s): rebound does not act, because a deleted pod would only stay Pending; re-checked whenever a node changes, and every %s",
-			summarizeRejections(rejected, len(p.idx.notReady)), noTargetRecheck)
+			summarizeRejections(rejected, notReady, dead), noTargetRecheck)
 		// Pods leaving a Ready node free room without any node event.
 		p.wake(p.now.Add(noTargetRecheck))
 		return 0, false

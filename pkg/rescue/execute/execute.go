@@ -6,9 +6,12 @@
 // rescue.PrependRecords) are pure and live with the planner.
 //
 // Every read here goes to the API server, never to an informer cache: every
-// delete re-reads the node and refuses if it is Ready now, and a force
-// delete also requires the out-of-service:NoExecute taint now, not as the
-// cache remembered it; a scale action re-reads the
+// delete re-reads the node and refuses if it is Ready now (or, for an
+// action a two-plane verdict decided, if the node's Lease was renewed
+// since, its rebound.dev/unreachable mark is gone, or the verdict no
+// longer holds), and a force delete also requires the
+// out-of-service:NoExecute taint now, not as the cache remembered it; a
+// scale action re-reads the
 // Deployment and checks its UID, resourceVersion and the bounce rules on
 // what the API holds, then writes it with Update, whose resourceVersion the
 // API server compares (a conflict means someone changed it since: re-plan).
@@ -27,7 +30,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"rebound/pkg/kubestatus"
+	"rebound/pkg/liveness"
 	"rebound/pkg/rescue"
+	"rebound/pkg/unreachable"
 )
 
 // Executor applies actions and records Events for them.
@@ -41,6 +46,11 @@ type Executor struct {
 	Instance string
 	// Now is the clock of Event times; nil means time.Now.
 	Now func() time.Time
+	// Verdict returns the liveness verdict on a node as it stands now,
+	// for the actions a two-plane verdict decided (rescue.TwoPlaneCheck);
+	// nil refuses every such action, the side of a caller that keeps no
+	// Lease plane.
+	Verdict func(ctx context.Context, node string) liveness.NodeVerdict
 }
 
 // Outcome is what one action did.
@@ -120,7 +130,11 @@ func (e *Executor) nodeStillDown(ctx context.Context, a rescue.Action, force boo
 	case err != nil:
 		return failed(fmt.Errorf("re-read node %s before the %s: %w", a.Node, what, err)), false
 	}
-	if kubestatus.NodeReady(n) {
+	if a.TwoPlane != nil {
+		if o, ok := e.stillDeadOnTwoPlanes(ctx, a, n, what); !ok {
+			return o, false
+		}
+	} else if kubestatus.NodeReady(n) {
 		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s, re-read from the API just now, is Ready again: not deleting a pod that may be serving", a.Node)}, false
 	}
 	if !force {
@@ -133,6 +147,46 @@ func (e *Executor) nodeStillDown(ctx context.Context, a rescue.Action, force boo
 	}
 	return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s, re-read from the API just now, no longer carries %s:NoExecute: not force-deleting",
 		a.Node, corev1.TaintNodeOutOfService)}, false
+}
+
+// stillDeadOnTwoPlanes stands in for "the node is not Ready" when a
+// two-plane verdict decided the action: the API may well still have the
+// node Ready, for its node grace period has not run out. What the verdict
+// rested on must hold now, read from the API: the node still carries
+// rebound's taint (pkg/unreachable takes it off the moment the verdict is
+// not Dead), its Lease names the renewTime the verdict saw (any renewal
+// since, whatever time the kubelet's clock wrote, means the kubelet
+// lives), and the verdict asked for now is still Dead on both planes (a
+// gossip watcher may have seen the node since).
+func (e *Executor) stillDeadOnTwoPlanes(ctx context.Context, a rescue.Action, n *corev1.Node, what string) (Outcome, bool) {
+	refuse := func(format string, args ...any) (Outcome, bool) {
+		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf(format, args...) + ": not deleting"}, false
+	}
+	if unreachable.Tainted(n) == nil {
+		return refuse("node %s, re-read from the API just now, no longer carries %s:NoSchedule (the verdict changed, or someone took the mark off)", a.Node, unreachable.TaintKey)
+	}
+	l, err := e.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, a.Node, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return refuse("node %s has no Lease in %s to re-read", a.Node, corev1.NamespaceNodeLease)
+	case err != nil:
+		return failed(fmt.Errorf("re-read the Lease of node %s before the %s: %w", a.Node, what, err)), false
+	}
+	var renew time.Time
+	if l.Spec.RenewTime != nil {
+		renew = l.Spec.RenewTime.Time
+	}
+	if !renew.Equal(a.TwoPlane.LeaseRenewTime) {
+		return refuse("the Lease of node %s was renewed since the verdict (renewTime %s, the verdict saw %s): its kubelet lives",
+			a.Node, renew.UTC().Format(time.RFC3339Nano), a.TwoPlane.LeaseRenewTime.UTC().Format(time.RFC3339Nano))
+	}
+	if e.Verdict == nil {
+		return refuse("this executor has no liveness verdict to re-check the two-plane verdict on node %s with", a.Node)
+	}
+	if v := e.Verdict(ctx, a.Node); v.Verdict != liveness.Dead || v.DetectedAt.IsZero() {
+		return refuse("node %s is no longer dead on both planes (verdict %s: %s)", a.Node, v.Verdict, v.Reason)
+	}
+	return Outcome{}, true
 }
 
 func (e *Executor) deletePod(ctx context.Context, a rescue.Action, grace *int64) Outcome {
@@ -231,7 +285,21 @@ const noteMax = 1024
 // `kubectl get events --sort-by=.lastTimestamp` (or .eventTime) orders it;
 // the events.k8s.io/v1 API would refuse the two timestamps.
 func (e *Executor) Event(ctx context.Context, a rescue.Action, w rescue.Workload, eventType, reason, note string) error {
+	action := string(a.Kind)
+	if action == "" {
+		// An Event about a decision not to act (NoTarget, Held); the API
+		// requires an action with eventTime.
+		action = "Hold"
+	}
 	regarding := Regarding(a, w)
+	return e.EventAbout(ctx, regarding, related(a, regarding), action, eventType, reason, note)
+}
+
+// EventAbout records a core/v1 Event regarding any object (the Node
+// Events of pkg/unreachable's actions as well as the rescues'), in the
+// form Event describes. Events about a cluster-scoped object go to the
+// default namespace, as client-go's recorders put them.
+func (e *Executor) EventAbout(ctx context.Context, regarding corev1.ObjectReference, rel *corev1.ObjectReference, action, eventType, reason, note string) error {
 	now := e.now()
 	instance := e.Instance
 	if instance == "" {
@@ -241,12 +309,16 @@ func (e *Executor) Event(ctx context.Context, a rescue.Action, w rescue.Workload
 		}
 		instance = rescue.Truncate(e.Component+"-"+host, 128)
 	}
+	namespace := regarding.Namespace
+	if namespace == "" {
+		namespace = metav1.NamespaceDefault
+	}
 	ev := &corev1.Event{
 		// Named as client-go's recorders name Events: object, dot, time in
 		// hex.
-		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", regarding.Name, now.UnixNano()), Namespace: regarding.Namespace},
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", regarding.Name, now.UnixNano()), Namespace: namespace},
 		InvolvedObject:      regarding,
-		Related:             related(a, regarding),
+		Related:             rel,
 		Reason:              reason,
 		Message:             rescue.Truncate(note, noteMax),
 		Type:                eventType,
@@ -255,16 +327,11 @@ func (e *Executor) Event(ctx context.Context, a rescue.Action, w rescue.Workload
 		LastTimestamp:       metav1.NewTime(now),
 		Count:               1,
 		EventTime:           metav1.NewMicroTime(now),
-		Action:              string(a.Kind),
+		Action:              action,
 		ReportingController: e.Component,
 		ReportingInstance:   instance,
 	}
-	if ev.Action == "" {
-		// An Event about a decision not to act (NoTarget, Held); the API
-		// requires an action with eventTime.
-		ev.Action = "Hold"
-	}
-	_, err := e.Client.CoreV1().Events(regarding.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	_, err := e.Client.CoreV1().Events(namespace).Create(ctx, ev, metav1.CreateOptions{})
 	return err
 }
 
