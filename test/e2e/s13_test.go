@@ -2,14 +2,8 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,12 +45,12 @@ func TestS13FastDetection(t *testing.T) {
 	timings := sandbox.FastTimings()
 	p := startPair(t, 5, timings)
 	ctx := testContext(t, 6*time.Minute)
-	agents := startS13Rebound(ctx, t, p.With, s13Agents{})
+	agents := startS13Rebound(ctx, t, p.With, scenario.GossipAgentOptions{})
 
 	res, err := scenario.RunS13Pair(ctx, p, scenario.S13PairOptions{
 		Workload:  scenario.CriticalStandIn(s13Victim),
 		Peer:      s13Peer,
-		KillAgent: func() error { return agents[s13Victim].Process.Kill() },
+		KillAgent: func() error { return agents[s13Victim].Kill() },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +86,7 @@ func TestS13FastDetection(t *testing.T) {
 // and what happens at the grace is upstream's own.
 func TestS13APIOnlyLoss(t *testing.T) {
 	t.Parallel()
-	s13Negative(t, s13Agents{}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*exec.Cmd) error {
+	s13Negative(t, scenario.GossipAgentOptions{}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*scenario.GossipAgent) error {
 		return c.StopNode(ctx, s13Victim)
 	})
 }
@@ -101,8 +95,8 @@ func TestS13APIOnlyLoss(t *testing.T) {
 // The Lease plane says alive: no action.
 func TestS13GossipOnlyLoss(t *testing.T) {
 	t.Parallel()
-	s13Negative(t, s13Agents{}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*exec.Cmd) error {
-		return agents[s13Victim].Process.Kill()
+	s13Negative(t, scenario.GossipAgentOptions{}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*scenario.GossipAgent) error {
+		return agents[s13Victim].Kill()
 	})
 }
 
@@ -111,8 +105,8 @@ func TestS13GossipOnlyLoss(t *testing.T) {
 // Lease says.
 func TestS13NoQuorum(t *testing.T) {
 	t.Parallel()
-	s13Negative(t, s13Agents{only: []string{s13Peer, s13Victim}}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*exec.Cmd) error {
-		if err := agents[s13Victim].Process.Kill(); err != nil {
+	s13Negative(t, scenario.GossipAgentOptions{Only: []string{s13Peer, s13Victim}}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*scenario.GossipAgent) error {
+		if err := agents[s13Victim].Kill(); err != nil {
 			return err
 		}
 		return c.StopNode(ctx, s13Victim)
@@ -126,8 +120,8 @@ func TestS13NoQuorum(t *testing.T) {
 // cannot reach a quorum of real observations: no early action.
 func TestS13WrongKey(t *testing.T) {
 	t.Parallel()
-	s13Negative(t, s13Agents{wrongKey: []string{"node-0", "node-2"}}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*exec.Cmd) error {
-		if err := agents[s13Victim].Process.Kill(); err != nil {
+	s13Negative(t, scenario.GossipAgentOptions{WrongKey: []string{"node-0", "node-2"}}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*scenario.GossipAgent) error {
+		if err := agents[s13Victim].Kill(); err != nil {
 			return err
 		}
 		return c.StopNode(ctx, s13Victim)
@@ -144,7 +138,7 @@ const s13Window = 11 * time.Second
 // puts the critical pod on node-3, does what fail does, and requires no
 // early action for s13Window: no rebound.dev/unreachable taint, and the
 // pod neither deleted nor marked not ready while its node is Ready.
-func s13Negative(t *testing.T, a s13Agents, fail func(context.Context, *sandbox.Cluster, map[string]*exec.Cmd) error) {
+func s13Negative(t *testing.T, a scenario.GossipAgentOptions, fail func(context.Context, *sandbox.Cluster, map[string]*scenario.GossipAgent) error) {
 	c := startSandbox(t, 5, sandbox.FastTimings())
 	ctx := testContext(t, 4*time.Minute)
 	agents := startS13Rebound(ctx, t, c, a)
@@ -188,68 +182,32 @@ func s13Negative(t *testing.T, a s13Agents, fail func(context.Context, *sandbox.
 	metricCount("s13_early_actions_"+strings.ToLower(strings.TrimPrefix(t.Name(), "TestS13")), 0)
 }
 
-// s13Agents says which nodes run a gossiping agent (all when only is
-// empty), and which of them hold another key.
-type s13Agents struct {
-	only, wrongKey []string
-}
-
-// s13Net numbers each test's loopback network, so that parallel tests
-// gossip apart: agents bind 127.13.<n>.<i+1>.
-var s13Net atomic.Int32
-
 // startS13Rebound installs rebound on c for two-plane detection (the
-// controller's roles, the detection roles, the agents' confinement, the
-// TwoPlanes policy), starts `rebound controller --lease-plane` and a
-// gossip-only agent per node with its own node-bound token, and returns
-// the agents' processes by node.
-func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a s13Agents) map[string]*exec.Cmd {
+// controller's roles, the detection roles, the TwoPlanes policy), starts
+// `rebound controller --lease-plane` and the gossip-only agents of a
+// (scenario.StartGossipAgents), and returns the agents by node.
+func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a scenario.GossipAgentOptions) map[string]*scenario.GossipAgent {
 	t.Helper()
 	cl := installRebound(ctx, t, c, repoPath("test/e2e/testdata/s13-policy.yaml"))
 	must(t, install.DetectionFor(ctx, cl, "rebound-e2e", sandbox.ReboundUser))
-	must(t, scenario.InstallAgentConfinement(ctx, c, "rebound-s13"))
 	startController(t, c, "--lease-plane", "--mark-pods-not-ready-early")
-
-	key, wrong := make([]byte, 32), make([]byte, 32)
-	_, _ = rand.Read(key)
-	_, _ = rand.Read(wrong)
-	keyFile, wrongFile := filepath.Join(c.Dir, "gossip.key"), filepath.Join(c.Dir, "gossip-wrong.key")
-	must(t, os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)), 0o600))
-	must(t, os.WriteFile(wrongFile, []byte(base64.StdEncoding.EncodeToString(wrong)), 0o600))
-
-	nodes := a.only
-	if len(nodes) == 0 {
-		nodes = c.NodeNames
-	}
-	net := 100 + s13Net.Add(1)
-	addr := func(i int) string { return fmt.Sprintf("127.13.%d.%d", net, i+1) }
-	const port = "7946"
-	var join []string
-	for i := range nodes {
-		join = append(join, addr(i)+":"+port)
-	}
-	agents := map[string]*exec.Cmd{}
-	for i, n := range nodes {
-		token, err := scenario.AgentToken(ctx, c, n)
-		must(t, err)
-		kubeconfig := filepath.Join(c.Dir, "agent-"+n+".kubeconfig")
-		must(t, scenario.WriteTokenKubeconfig(c, token, kubeconfig))
-		k := keyFile
-		for _, w := range a.wrongKey {
-			if w == n {
-				k = wrongFile
+	a.Binary = reboundBinary
+	agents, err := scenario.StartGossipAgents(ctx, c, a)
+	must(t, err)
+	t.Cleanup(func() {
+		scenario.StopAll(agents)
+		if t.Failed() {
+			for _, ag := range agents {
+				t.Logf("rebound agent %s log:\n%s", ag.Node, tail(ag.Log, 30))
 			}
 		}
-		agents[n] = agentProcess(t, c, n, "--gossip-only", "--node-name", n, "--kubeconfig", kubeconfig,
-			"--gossip-key-file", k, "--gossip-bind-address", addr(i), "--gossip-port", port,
-			"--gossip-join", strings.Join(join, ","), "--health-addr", "", "--metrics-bind-address", "0")
-	}
+	})
 	return agents
 }
 
 // waitGossipReports waits until every agent has written a gossip read
 // that counts the members it can see: the membership has formed.
-func waitGossipReports(ctx context.Context, t *testing.T, c *sandbox.Cluster, agents map[string]*exec.Cmd) {
+func waitGossipReports(ctx context.Context, t *testing.T, c *sandbox.Cluster, agents map[string]*scenario.GossipAgent) {
 	t.Helper()
 	cl := newClient(t, c)
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
