@@ -77,11 +77,12 @@ type Lane struct {
 	RecoveredAtSeconds float64 `json:"recoveredAtSeconds,omitempty"`
 	RecoverySeconds    float64 `json:"recoverySeconds"`
 	// Outcome is the lane's cell in the table of the time to recovery.
-	Outcome string             `json:"outcome"`
-	Events  []scenario.Event   `json:"events"`
-	S1      *scenario.S1Result `json:"s1,omitempty"`
-	S2      *scenario.S2Result `json:"s2,omitempty"`
-	S4      *scenario.S4Result `json:"s4,omitempty"`
+	Outcome string              `json:"outcome"`
+	Events  []scenario.Event    `json:"events"`
+	S1      *scenario.S1Result  `json:"s1,omitempty"`
+	S2      *scenario.S2Result  `json:"s2,omitempty"`
+	S4      *scenario.S4Result  `json:"s4,omitempty"`
+	S13     *scenario.S13Result `json:"s13,omitempty"`
 }
 
 // ScenarioInfo describes one scenario of the report.
@@ -104,6 +105,9 @@ type Report struct {
 	// Comparisons are the scenarios measured from the API's timestamps,
 	// without and with rebound.
 	Comparisons []scenario.Comparison `json:"comparisons"`
+	// MetricLines are the METRIC lines of scenarios measured otherwise
+	// than as one recovery per lane (S13's three figures a lane).
+	MetricLines []string `json:"metricLines,omitempty"`
 }
 
 var s1Info = ScenarioInfo{
@@ -213,6 +217,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	report.Comparisons = env.comparisons
+	report.MetricLines = env.metricLines
 	if opts.Report != "" {
 		if err := WriteHTMLFile(opts.Report, report); err != nil {
 			return fmt.Errorf("write the HTML report: %w", err)
@@ -235,8 +240,10 @@ type runEnv struct {
 	bins    sandbox.Binaries
 	dir     string
 	live    io.Writer // nil with -o json
-	// comparisons collects the measured scenarios' comparisons.
+	// comparisons collects the measured scenarios' comparisons, and
+	// metricLines the other scenarios' METRIC lines.
 	comparisons []scenario.Comparison
+	metricLines []string
 	// aborted is set when the run ends early: background scenarios then
 	// only clean up, and print nothing more.
 	aborted bool
@@ -253,6 +260,7 @@ type demoScenario struct {
 var allScenarios = []demoScenario{
 	{info: s1Info, run: runS1},
 	{info: s2Info, run: runS2},
+	{info: s13Info, run: runS13},
 	{info: s4Info, background: startS4},
 }
 
@@ -420,6 +428,9 @@ func printSummary(out io.Writer, r Report) {
 			fmt.Fprintln(out, l)
 		}
 	}
+	for _, l := range r.MetricLines {
+		fmt.Fprintln(out, l)
+	}
 	for _, l := range r.Lanes {
 		if l.Measured {
 			continue // in a comparison above
@@ -446,6 +457,12 @@ func printSummary(out io.Writer, r Report) {
 			fmt.Fprintf(out, "enters PartialDisruption and nothing is evicted: the status wait times out, as the seed's restore did.\n")
 			fmt.Fprintf(out, "`rebound restore bringup` deletes the essential pods stranded on NotReady nodes, and their ReplicaSets\n")
 			fmt.Fprintf(out, "replace them on node-0 within the deadline.\n")
+		}
+		if s.ID == "S13" {
+			fmt.Fprintf(out, "\nS13: without rebound nothing moves until kube-controller-manager's node grace runs out, and the pod only\n")
+			fmt.Fprintf(out, "after its toleration. With rebound the controller sees node-3's Lease go stale on its own clock and the\n")
+			fmt.Fprintf(out, "agents' gossip watchers find it dead by their own probes: the node is tainted, its endpoint taken out,\n")
+			fmt.Fprintf(out, "and the critical pod replaced, seconds after the death.\n")
 		}
 		if s.ID == "S4" {
 			fmt.Fprintf(out, "\nS4: without rebound the returning BIRD still lists the dead peers and, in graceful-restart recovery,\n")
