@@ -285,3 +285,39 @@ func TestLeaseTracker(t *testing.T) {
 		t.Fatal("a nil tracker has a Lease plane")
 	}
 }
+
+// FuzzTwoPlanes: any one agent (watcher or not), writing anything about
+// any node at any time, with any Lease age for the victim, never makes a
+// node Dead alone, never makes a node with a renewing Lease Dead early,
+// and never overrides a watcher that has the node alive.
+func FuzzTwoPlanes(f *testing.F) {
+	f.Add("n1", "n3", "Dead", int64(1), int64(13), int64(1), true)
+	f.Add("n0", "n0", "Dead", int64(-40), int64(60), int64(0), false)
+	f.Add("n5", "n2", "Alive", int64(4000), int64(2), int64(7), true)
+	f.Fuzz(func(t *testing.T, liar, about, state string, observedAgo, leaseAgo, renewEvery int64, honestAlive bool) {
+		w := newGossipWorld(7)
+		if g := w.gossip[liar]; g != nil {
+			w.say(liar, about, state)
+			g.ObservedAt = ago(time.Duration(observedAgo) * time.Second)
+		}
+		w.leases[about] = Lease{RenewSeen: ago(time.Duration(leaseAgo) * time.Second), RenewInterval: time.Duration(renewEvery) * time.Second}
+		if !honestAlive {
+			// The honest watchers have not written anything yet.
+			for _, x := range w.watchers(about) {
+				if x != liar {
+					w.gossip[x].Watches = nil
+				}
+			}
+		}
+		a := w.assess()
+		for _, n := range w.nodes {
+			v := a.Of(n.Name)
+			if v.Verdict == Dead {
+				t.Fatalf("%s wrote %s of %s and %s is Dead: %s", liar, state, about, n.Name, v.Reason)
+			}
+			if v.Early && !v.LeaseStale {
+				t.Fatalf("%s early Dead with its Lease renewing: %s", n.Name, v.Reason)
+			}
+		}
+	})
+}
