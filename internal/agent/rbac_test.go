@@ -27,7 +27,7 @@ import (
 // TestAgentRBACMatchesCalls runs the agent (start, the watch on the set, a
 // sync and a report) against recording fakes and compares the API calls
 // it makes with deploy/agent/rbac.yaml: every call is granted, and every
-// grant is used (issue 9 item 8: RBAC is exactly what the code calls).
+// grant is used: RBAC is exactly what the code calls.
 // An apply patch creates a missing object, so it needs create as well.
 func TestAgentRBACMatchesCalls(t *testing.T) {
 	nodes := []*corev1.Node{node("node-a", "10.0.0.1", true), node("node-b", "10.0.0.2", true)}

@@ -163,7 +163,7 @@ func (r *RecoveryReconciler) writeStatus(ctx context.Context, p *v1alpha1.Recove
 		}
 		orig := p.DeepCopy()
 		p.Status = *next
-		// API call: patch recoverypolicies/status (see rbac.go).
+		// API call: patch recoverypolicies/status (deploy/rbac/controller_role.yaml; rbac_test.go checks it).
 		err := r.client.Status().Patch(ctx, p, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
@@ -183,7 +183,7 @@ func (r *RecoveryReconciler) writeStatus(ctx context.Context, p *v1alpha1.Recove
 // is gone. A list by name needs no verb beyond the list the cache uses.
 func (r *RecoveryReconciler) policyFromAPI(ctx context.Context, name string) (*v1alpha1.RecoveryPolicy, error) {
 	var list v1alpha1.RecoveryPolicyList
-	// API call: list recoverypolicies (see rbac.go).
+	// API call: list recoverypolicies (deploy/rbac/controller_role.yaml; rbac_test.go checks it).
 	if err := r.reader.List(ctx, &list, client.MatchingFields{"metadata.name": name}); err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 // whole set as ONE document, in ConfigMap rebound-system/rebound-peer-set
 // under key PeerSetKey; every agent watches that one object by name. So
 // an agent reads O(N) bytes per change of the set, and nothing when
-// another agent reports or a node heartbeats (issue 10). The node label
+// another agent reports or a node heartbeats. The node label
 // LabelInSet stays, for Calico's BGPPeer selector.
 const (
 	// DefaultPeerSetName and DefaultPeerSetNamespace name the ConfigMap.

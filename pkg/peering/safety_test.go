@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Safety tables of issue 9: the set never collapses, liars and stale
+// Safety tables: the set never collapses, liars and stale
 // reports cannot keep dead nodes in, duplicate addresses never break the
 // render.
 

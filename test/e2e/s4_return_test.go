@@ -11,7 +11,7 @@ import (
 	"rebound/pkg/peering/bird"
 )
 
-// S4, the return matrix (issue 13): 10 BIRD nodes, 5 die (SIGKILL), one
+// S4, the return matrix: 10 BIRD nodes, 5 die (SIGKILL), one
 // of them returns 10 s, 60 s and 300 s after the failure, with BIRD 1.6
 // and BIRD 2, without and with rebound: 12 labs at the same time, run by
 // scenario.RunS4Return, the code `rebound-bench s4 --return-after` runs.

@@ -9,7 +9,7 @@ import (
 )
 
 // The birdc parsers read what a BIRD (or anything listening on its socket)
-// prints: they must never panic, whatever the bytes (issue 9 item 7).
+// prints: they must never panic, whatever the bytes.
 // Seeds: the captured outputs in testdata/birdc, plus the checked-in
 // corpus in testdata/fuzz.
 
