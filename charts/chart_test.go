@@ -64,6 +64,8 @@ func TestHelmChartRender(t *testing.T) {
 			"ValidatingAdmissionPolicyBinding /rebound-controller-deployments",
 			"ValidatingAdmissionPolicy /rebound-controller-nodes",
 			"ValidatingAdmissionPolicyBinding /rebound-controller-nodes",
+			"ValidatingAdmissionPolicy /rebound-controller-pod-status",
+			"ValidatingAdmissionPolicyBinding /rebound-controller-pod-status",
 			"RecoveryPolicy /default",
 		},
 		absent: []string{"Namespace /rebound-system", "DaemonSet rebound-agent/rebound-agent", "ClusterRole /rebound-controller-calico",

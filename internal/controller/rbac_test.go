@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -26,6 +27,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/liveness"
+	"rebound/pkg/unreachable"
 )
 
 // apiCall is one kind of API request: "group/resource:verb", with the
@@ -145,6 +148,19 @@ func TestRBACMatchesCalls(t *testing.T) {
 	}
 
 	rec.apiCalls(api)
+	// A rescue a two-plane verdict decided (its executor re-reads the
+	// node's Lease), and the unreachable reconciler (a taint, a pod marked
+	// not ready, their Events).
+	tp, tpAPI := newTwoPlaneReconciler(t, rec, twoPlaneWorld(now.Add(-15*time.Second)),
+		&liveness.NodeVerdict{Verdict: liveness.Dead, Early: true, DetectedAt: now.Add(-3 * time.Second)})
+	if _, err := tp.Reconcile(ctx, recoveryKey); err != nil {
+		t.Fatal(err)
+	}
+	rec.apiCalls(tpAPI)
+	u := newUnreachableFixture(t, rec, unreachableWorld(), UnreachableOptions{Plan: unreachable.Options{MarkPodsNotReady: true}})
+	u.pass(t)
+	rec.apiCalls(u.api)
+
 	s := Scheme()
 	for _, obj := range watchedObjects() {
 		g, res := rec.resourceOf(t, s, obj)
@@ -154,13 +170,16 @@ func TestRBACMatchesCalls(t *testing.T) {
 
 	// Split: the stop switch and leader election live in the controller's
 	// namespace (the Role), the rest cluster-wide (the ClusterRole).
-	cluster, namespaced := sets.New[string](), sets.New[string](leaderElectionCalls...)
+	// The nodes' Leases live in kube-node-lease: the detection roles'.
+	cluster, namespaced, nodeLeases := sets.New[string](), sets.New[string](leaderElectionCalls...), sets.New[string]()
 	var stopSwitchNames []string
 	for c := range rec.calls {
 		switch {
 		case strings.HasPrefix(c.perm, "/configmaps:"):
 			namespaced.Insert(c.perm)
 			stopSwitchNames = append(stopSwitchNames, c.name)
+		case strings.HasPrefix(c.perm, "coordination.k8s.io/leases:"):
+			nodeLeases.Insert(c.perm)
 		default:
 			cluster.Insert(c.perm)
 		}
@@ -176,6 +195,10 @@ func TestRBACMatchesCalls(t *testing.T) {
 	if got := permissions(role.Rules); !got.Equal(namespaced) {
 		t.Errorf("Role rebound-leader-election differs from the calls:\n  granted, never called: %v\n  called, not granted: %v",
 			sorted(got.Difference(namespaced)), sorted(namespaced.Difference(got)))
+	}
+	if got := detectionPermissions(t)["Role/kube-node-lease"]; !got.Equal(nodeLeases) {
+		t.Errorf("Role rebound-node-leases differs from the calls on the nodes' Leases:\n  granted, never called: %v\n  called, not granted: %v",
+			sorted(got.Difference(nodeLeases)), sorted(nodeLeases.Difference(got)))
 	}
 	for _, rule := range role.Rules {
 		if slices.Contains(rule.Resources, "configmaps") {
@@ -247,18 +270,36 @@ func loadControllerRBAC(t *testing.T) (*rbacv1.ClusterRole, *rbacv1.Role) {
 
 // TestDetectionRBACMatchesWatches: deploy/rbac/controller_detection.yaml
 // grants exactly list and watch of what --lease-plane reads: the Leases of
-// kube-node-lease (a Role there, not cluster-wide) and the PeeringReports.
+// kube-node-lease (a Role there, not cluster-wide) and the PeeringReports;
+// and get of a Lease, the executor's re-read before a delete a two-plane
+// verdict decided (TestRBACMatchesCalls records it).
 func TestDetectionRBACMatchesWatches(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "rbac", "controller_detection.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := Scheme()
 	rec := &recorder{calls: map[apiCall]bool{}}
 	want := map[string]sets.Set[string]{"Role/kube-node-lease": sets.New[string](), "ClusterRole/": sets.New[string]()}
 	for obj, scope := range map[client.Object]string{&coordinationv1.Lease{}: "Role/kube-node-lease", &v1alpha1.PeeringReport{}: "ClusterRole/"} {
 		g, res := rec.resourceOf(t, s, obj)
 		want[scope].Insert(perm(g, res, "list"), perm(g, res, "watch"))
+	}
+	want["Role/kube-node-lease"].Insert(perm("coordination.k8s.io", "leases", "get"))
+	got := detectionPermissions(t)
+	for scope, w := range want {
+		if g := got[scope]; !g.Equal(w) {
+			t.Errorf("%s grants %v, the Lease plane reads %v", scope, sorted(g), sorted(w))
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("controller_detection.yaml has roles %v, want exactly %v", got, want)
+	}
+}
+
+// detectionPermissions reads the roles of
+// deploy/rbac/controller_detection.yaml, by "Kind/namespace".
+func detectionPermissions(t *testing.T) map[string]sets.Set[string] {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "rbac", "controller_detection.yaml"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	got := map[string]sets.Set[string]{}
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
@@ -282,12 +323,5 @@ func TestDetectionRBACMatchesWatches(t *testing.T) {
 			got[obj.Kind+"/"+obj.Metadata.Namespace] = permissions(obj.Rules)
 		}
 	}
-	for scope, w := range want {
-		if g := got[scope]; !g.Equal(w) {
-			t.Errorf("%s grants %v, the Lease plane reads %v", scope, sorted(g), sorted(w))
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("controller_detection.yaml has roles %v, want exactly %v", got, want)
-	}
+	return got
 }

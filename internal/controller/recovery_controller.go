@@ -57,6 +57,10 @@ type RecoveryOptions struct {
 	// something new (a gossip watcher's vote, a session's state): set it
 	// when Liveness reads the reports.
 	WatchReports bool
+	// LeaseRenewTimes reads every node's Lease renewTime
+	// (rescue.Snapshot.LeaseRenewTimes, CachedLeaseRenewTimes): with the
+	// Lease plane only. nil means no two-plane action is planned.
+	LeaseRenewTimes func(ctx context.Context) (map[string]time.Time, error)
 }
 
 // DefaultStopSwitch is the stop switch ConfigMap's default name (in the
@@ -169,6 +173,9 @@ func newRecoveryReconciler(c client.Client, reader client.Reader, opts RecoveryO
 		r.clock = clock.RealClock{}
 	}
 	r.exec = &execute.Executor{Client: opts.APIClient, Component: eventComponent, Now: r.clock.Now}
+	if opts.Liveness != nil {
+		r.exec.Verdict = r.currentVerdict
+	}
 	return r
 }
 

@@ -52,7 +52,26 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (s res
 		return s, time.Time{}, fmt.Errorf("list %T: %w", &policies, err)
 	}
 	s.Nodes = pointers(nodes.Items)
-	incident := slices.ContainsFunc(s.Nodes, func(n *corev1.Node) bool { return !kubestatus.NodeReady(n) })
+	// The Leases' renewTimes before the verdicts: an action carries the
+	// renewTime its verdict saw or an older one, never a newer one that
+	// would hide a renewal from the executor's re-check.
+	if r.opts.LeaseRenewTimes != nil {
+		if s.LeaseRenewTimes, err = r.opts.LeaseRenewTimes(ctx); err != nil {
+			return s, time.Time{}, err
+		}
+	}
+	// One verdict per node (pkg/liveness): rebound's own clocks, and the
+	// agents' session reports where peering runs.
+	if r.opts.Liveness != nil {
+		a := r.opts.Liveness(ctx, s.Nodes, now)
+		s.Verdicts, verdictsChange = a.Nodes, a.StaleAt
+	}
+	// An incident: a node NotReady, or one the API has Ready that is dead
+	// on both planes and marked unreachable (whose pods the TwoPlanes
+	// policies examine).
+	incident := slices.ContainsFunc(s.Nodes, func(n *corev1.Node) bool {
+		return !kubestatus.NodeReady(n) || markedDeadEarly(n, s.Verdicts[n.Name])
+	})
 	// What the Ready nodes' pods request, during an incident only: the
 	// target check (pkg/rescue target.go) needs it to tell whether a
 	// replacement fits. The usage index keeps it per node from pod events,
@@ -96,12 +115,6 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (s res
 		s.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
 	}
 	s.RecentActions, s.LedgerSince = r.recentActions(now)
-	// One verdict per node (pkg/liveness): rebound's own clocks, and the
-	// agents' session reports where peering runs.
-	if r.opts.Liveness != nil {
-		a := r.opts.Liveness(ctx, s.Nodes, now)
-		s.Verdicts, verdictsChange = a.Nodes, a.StaleAt
-	}
 	return s, verdictsChange, nil
 }
 

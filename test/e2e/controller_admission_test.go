@@ -24,8 +24,10 @@ import (
 	"rebound/internal/chartrender"
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 	"rebound/pkg/rescue"
+	"rebound/pkg/unreachable"
 )
 
 // The controller's identity and its admission policies, as deploy/rbac
@@ -34,6 +36,7 @@ const (
 	controllerUser     = "system:serviceaccount:rebound-system:rebound"
 	deploymentsPolicy  = "ValidatingAdmissionPolicy 'rebound-controller-deployments'"
 	nodesPolicy        = "ValidatingAdmissionPolicy 'rebound-controller-nodes'"
+	podStatusPolicy    = "ValidatingAdmissionPolicy 'rebound-controller-pod-status'"
 	outOfServiceTaint  = `{"key":"node.kubernetes.io/out-of-service","value":"nodeshutdown","effect":"NoExecute"}`
 	admissionTestLabel = "e2e.rebound.dev/role"
 )
@@ -42,10 +45,14 @@ const (
 // deploy/ and of the peering controller's RBAC) on the sandbox's real
 // apiserver. With a token of the controller's ServiceAccount alone, a
 // Deployment can be scaled and carry or lose rebound's bounce annotations,
-// and a Node's peering.rebound.dev/in-set label can be set and removed; a
-// change of image, ServiceAccount, another annotation or label, any taint
-// (out-of-service included, added or removed) or a cordon is refused by
-// the policies, by name. Then `rebound controller --peering`, run with that
+// a Node's peering.rebound.dev/in-set label can be set and removed, and so
+// can its rebound.dev/unreachable:NoSchedule taint, beside any other; a
+// pod's Ready or ContainersReady condition can be set False through its
+// status. A change of image, ServiceAccount, another annotation or label,
+// any other taint (out-of-service included, added or removed), rebound's
+// key with another effect or a value, a cordon, a pod condition set True,
+// added, or another one changed, or any other field of a pod's status is
+// refused by the policies, by name. Then `rebound controller --peering`, run with that
 // token, labels the nodes and scale-bounces a Deployment for real, and
 // neither the audit log nor its own log shows a write of it refused.
 func TestControllerAdmissionPolicy(t *testing.T) {
@@ -90,12 +97,40 @@ func TestControllerAdmissionPolicy(t *testing.T) {
 		_, err := sa.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), opts)
 		return err
 	}
+	// patchPodStatus is the unreachable reconciler's write: a strategic
+	// merge patch of the pod's status subresource.
+	patchPodStatus := func(pod, patch string, opts metav1.PatchOptions) error {
+		_, err := sa.CoreV1().Pods(target.Namespace).Patch(ctx, pod, types.StrategicMergePatchType, []byte(patch), opts, "status")
+		return err
+	}
+	targetPod := func() *corev1.Pod {
+		var pod *corev1.Pod
+		poll(ctx, t, time.Minute, target.String()+" has a Ready pod", func() (bool, string) {
+			pods, err := admin.CoreV1().Pods(target.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=" + target.Name})
+			if err != nil {
+				return false, err.Error()
+			}
+			for i := range pods.Items {
+				if p := &pods.Items[i]; p.DeletionTimestamp == nil && kubestatus.PodReady(p) {
+					pod = p
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d pods, none Ready", len(pods.Items))
+		})
+		return pod
+	}
 
 	// The policies take effect a moment after they are created: wait
 	// until a dry run of a refused change is refused by each (a dry run
 	// goes through admission and stores nothing).
 	dryRun := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
-	poll(ctx, t, 30*time.Second, "both admission policies in effect", func() (bool, string) {
+	probe := targetPod()
+	poll(ctx, t, 30*time.Second, "the admission policies in effect", func() (bool, string) {
+		errPod := patchPodStatus(probe.Name, `{"status":{"phase":"Failed"}}`, metav1.PatchOptions{DryRun: dryRun.DryRun})
+		if errPod == nil || !strings.Contains(errPod.Error(), podStatusPolicy) {
+			return false, fmt.Sprintf("pod status: %v", errPod)
+		}
 		errNode := patchNode("node-1", `{"spec":{"unschedulable":true}}`, metav1.PatchOptions{DryRun: dryRun.DryRun})
 		errDep := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			d, err := deployments.Get(ctx, target.Name, metav1.GetOptions{})
@@ -114,7 +149,7 @@ func TestControllerAdmissionPolicy(t *testing.T) {
 	// The apiserver type-checks each policy against the schemas of the
 	// kinds it matches; a warning there is an expression that would fail
 	// (and so deny) at run time.
-	for _, name := range []string{"rebound-controller-deployments", "rebound-controller-nodes"} {
+	for _, name := range []string{"rebound-controller-deployments", "rebound-controller-nodes", "rebound-controller-pod-status"} {
 		poll(ctx, t, 30*time.Second, name+" type-checked", func() (bool, string) {
 			p, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -223,7 +258,27 @@ func TestControllerAdmissionPolicy(t *testing.T) {
 		if _, err := admin.CoreV1().Nodes().Patch(ctx, "node-2", types.MergePatchType, []byte(`{"spec":{"taints":[`+outOfServiceTaint+`]}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// The unreachable reconciler's own patches (internal/controller):
+		// the whole taint list with rebound's taint added or removed,
+		// every other taint as it was.
+		added := time.Now().UTC().Format(time.RFC3339)
+		mark := fmt.Sprintf(`{"key":%q,"effect":"NoSchedule","timeAdded":%q}`, unreachable.TaintKey, added)
+		for _, a := range []struct{ what, node, patch string }{
+			{"mark node-1 unreachable", "node-1", `{"spec":{"taints":[` + mark + `]}}`},
+			{"unmark node-1", "node-1", `{"spec":{"taints":null}}`},
+			{"mark node-2 unreachable beside its out-of-service taint", "node-2", `{"spec":{"taints":[` + outOfServiceTaint + `,` + mark + `]}}`},
+			{"unmark node-2, its out-of-service taint kept", "node-2", `{"spec":{"taints":[` + outOfServiceTaint + `]}}`},
+		} {
+			if err := patchNode(a.node, a.patch, metav1.PatchOptions{}); err != nil {
+				t.Errorf("%s: %v, want it allowed", a.what, err)
+			}
+		}
 		refused := []struct{ what, node, patch string }{
+			{"rebound's key with effect NoExecute", "node-1", fmt.Sprintf(`{"spec":{"taints":[{"key":%q,"effect":"NoExecute"}]}}`, unreachable.TaintKey)},
+			{"rebound's taint with a value", "node-1", fmt.Sprintf(`{"spec":{"taints":[{"key":%q,"value":"x","effect":"NoSchedule"}]}}`, unreachable.TaintKey)},
+			{"rebound's taint and another in one patch", "node-1", `{"spec":{"taints":[` + mark + `,{"key":"example.com/maintenance","effect":"NoSchedule"}]}}`},
+			{"rebound's taint and a cordon in one patch", "node-1", `{"spec":{"unschedulable":true,"taints":[` + mark + `]}}`},
+			{"node-2's out-of-service taint swapped for rebound's", "node-2", `{"spec":{"taints":[` + mark + `]}}`},
 			{"taint node-1 out-of-service", "node-1", `{"spec":{"taints":[` + outOfServiceTaint + `]}}`},
 			{"taint node-1 NoSchedule", "node-1", `{"spec":{"taints":[{"key":"example.com/maintenance","effect":"NoSchedule"}]}}`},
 			{"remove node-2's out-of-service taint", "node-2", `{"spec":{"taints":null}}`},
@@ -253,8 +308,55 @@ func TestControllerAdmissionPolicy(t *testing.T) {
 		if !hasTaint(n2, "node.kubernetes.io/out-of-service") {
 			t.Errorf("node-2's taints after the refused removal: %v, want out-of-service still there", n2.Spec.Taints)
 		}
+		if hasTaint(n1, unreachable.TaintKey) || hasTaint(n2, unreachable.TaintKey) {
+			t.Errorf("rebound's taint left after the allowed removals: node-1 %v, node-2 %v", n1.Spec.Taints, n2.Spec.Taints)
+		}
 		if _, err := admin.CoreV1().Nodes().Patch(ctx, "node-2", types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
+		}
+	})
+
+	t.Run("PodStatus", func(t *testing.T) {
+		// Each write says something new: kwok sets a pod Ready again by
+		// its status alone, keeping the reason and message written before,
+		// and a write that changes nothing is no change to refuse.
+		writes := 0
+		condition := func(typ, status string) string {
+			writes++
+			return fmt.Sprintf(`{"type":%q,"status":%q,"reason":%q,"message":"rebound-e2e write %d"}`, typ, status, unreachable.PodReasonNodeUnreachable, writes)
+		}
+		conditions := func(cs ...string) string { return `{"status":{"conditions":[` + strings.Join(cs, ",") + `]}}` }
+		// kwok makes a Running pod Ready again (the sandbox's stages), as a
+		// live kubelet would: each allowed change starts from a Ready pod.
+		for _, a := range []struct{ what, patch string }{
+			{"Ready set False, as the reconciler does", conditions(condition("Ready", "False"))},
+			{"ContainersReady set False", conditions(condition("ContainersReady", "False"))},
+		} {
+			pod := targetPod()
+			if err := patchPodStatus(pod.Name, a.patch, metav1.PatchOptions{}); err != nil {
+				t.Errorf("%s: %v, want it allowed", a.what, err)
+			}
+		}
+		pod := targetPod()
+		before := pod.DeepCopy()
+		for _, r := range []struct{ what, patch string }{
+			{"Ready set True", conditions(condition("Ready", "True"))},
+			{"PodScheduled set False", conditions(condition("PodScheduled", "False"))},
+			{"Ready False and PodScheduled False in one patch", conditions(condition("Ready", "False"), condition("PodScheduled", "False"))},
+			{"a condition added", conditions(condition("DisruptionTarget", "True"))},
+			{"the phase set Failed", `{"status":{"phase":"Failed"}}`},
+			{"the status message set", `{"status":{"message":"rebound-e2e"}}`},
+			{"a label set through the status", fmt.Sprintf(`{"metadata":{"labels":{%q:"x"}}}`, admissionTestLabel)},
+			{"Ready set False and a label in one patch", fmt.Sprintf(`{"metadata":{"labels":{%q:"x"}},"status":{"conditions":[%s]}}`, admissionTestLabel, condition("Ready", "False"))},
+		} {
+			wantRefused(t, r.what, podStatusPolicy, patchPodStatus(pod.Name, r.patch, metav1.PatchOptions{}))
+		}
+		after, err := admin.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Status.Phase != before.Status.Phase || after.Status.Message != "" || after.Labels[admissionTestLabel] != "" || len(after.Status.Conditions) != len(before.Status.Conditions) {
+			t.Errorf("a refused patch changed pod %s: phase %s, message %q, labels %v, conditions %v", pod.Name, after.Status.Phase, after.Status.Message, after.Labels, after.Status.Conditions)
 		}
 	})
 	if t.Failed() {

@@ -4,6 +4,7 @@ package controllercmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -24,6 +25,7 @@ import (
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering/calico"
 	"rebound/pkg/rescue"
+	"rebound/pkg/unreachable"
 	"rebound/pkg/zone"
 )
 
@@ -55,6 +57,7 @@ func NewCommand() *cobra.Command {
 		calicoRestart time.Duration
 		noRecovery    bool
 		leasePlane    bool
+		markEarly     bool
 	)
 	zc := zone.DefaultConfig()
 	cmd := &cobra.Command{
@@ -107,6 +110,9 @@ upstream eviction.`,
 			if err := zc.Validate(); err != nil {
 				return err
 			}
+			if markEarly && !leasePlane {
+				return errors.New("--mark-pods-not-ready-early needs --lease-plane: without the Lease plane no node is ever found dead on both planes")
+			}
 			if stopSwitch != "" {
 				recOpts.StopSwitch = types.NamespacedName{Namespace: namespace, Name: stopSwitch}
 			}
@@ -135,19 +141,36 @@ upstream eviction.`,
 					return err
 				}
 			}
+			var reports client.Reader
+			if peeringOn || leasePlane {
+				// Agents report their sessions where peering runs, and
+				// their gossip where they gossip: then the verdicts get
+				// the network's plane.
+				reports = mgr.GetClient()
+			}
+			verdicts := controller.LivenessVerdicts(reports, tracker, leases, peeringOpts.Config.WithDefaults().Evidence)
 			if !noRecovery {
-				var reports client.Reader
-				if peeringOn || leasePlane {
-					// Agents report their sessions where peering runs, and
-					// their gossip where they gossip: then the verdicts get
-					// the network's plane.
-					reports = mgr.GetClient()
-					recOpts.WatchReports = true
+				recOpts.WatchReports = reports != nil
+				recOpts.Liveness = verdicts
+				if leasePlane {
+					recOpts.LeaseRenewTimes = controller.CachedLeaseRenewTimes(mgr.GetClient())
 				}
-				recOpts.Liveness = controller.LivenessVerdicts(reports, tracker, leases, peeringOpts.Config.WithDefaults().Evidence)
 				if err := controller.SetupRecovery(mgr, recOpts); err != nil {
 					return err
 				}
+			}
+			// Always, whatever the flags: without the Lease plane it only
+			// takes off the rebound.dev/unreachable taints an earlier run
+			// left, so that turning detection off leaves no node marked.
+			if err := controller.SetupUnreachable(mgr, controller.UnreachableOptions{
+				Plan:         unreachable.Options{MarkPodsNotReady: markEarly},
+				Liveness:     verdicts,
+				WatchReports: reports != nil,
+				WatchLeases:  leasePlane,
+				DryRun:       recOpts.DryRun,
+				StopSwitch:   recOpts.StopSwitch,
+			}); err != nil {
+				return err
 			}
 			if peeringOn {
 				if err := peeringOpts.Config.Validate(); err != nil {
@@ -176,7 +199,7 @@ upstream eviction.`,
 				}
 			}
 			logger.Info("starting rebound controller", "recovery", !noRecovery, "peering", peeringOn, "calico", calicoOn,
-				"leasePlane", leasePlane, "dryRun", recOpts.DryRun, "leaderElect", mgrOpts.LeaderElect, "stopSwitch", recOpts.StopSwitch.String())
+				"leasePlane", leasePlane, "markPodsNotReadyEarly", markEarly, "dryRun", recOpts.DryRun, "leaderElect", mgrOpts.LeaderElect, "stopSwitch", recOpts.StopSwitch.String())
 			if mgrOpts.LeaderElect {
 				// The manager waits for the Lease without a word; say once
 				// who holds it, so that a second run beside the Deployment
@@ -208,6 +231,7 @@ upstream eviction.`,
 	f.Float64Var(&zc.EvictionLimiterQPS, "node-eviction-rate", zc.EvictionLimiterQPS, "kube-controller-manager's --node-eviction-rate")
 	f.Float64Var(&zc.SecondaryEvictionLimiterQPS, "secondary-node-eviction-rate", zc.SecondaryEvictionLimiterQPS, "kube-controller-manager's --secondary-node-eviction-rate")
 	f.BoolVar(&leasePlane, "lease-plane", false, "watch the nodes' Leases (kube-node-lease) and time their renewals on rebound's clock; with the agents' gossip (rebound agent --gossip-key-file) a node dead on both planes is known about one renew interval after death, before kube-controller-manager's node grace (docs/detection.md)")
+	f.BoolVar(&markEarly, "mark-pods-not-ready-early", false, "with --lease-plane: mark the pods of a node dead on both planes (Lease and gossip) not ready while the API still has it Ready, as kube-controller-manager does once it is NotReady, so that Services stop sending it traffic; a node cut off but alive loses its traffic until its kubelet reports again (docs/detection.md)")
 	f.BoolVar(&noRecovery, "no-recovery", false, "do not run the recovery controller (for a peering-only deployment)")
 	f.BoolVar(&peeringOn, "peering", false, "run the BGP peering controller: publish the health-aware peer set in ConfigMap <namespace>/rebound-peer-set, which each rebound agent reads, and as the node label peering.rebound.dev/in-set (for Calico)")
 	f.DurationVar(&peeringOpts.Config.PruneGracePeriod, "peering-prune-grace-period", 0, "how long a node must be NotReady, with no Established session, before it leaves the mesh (0: 40s)")
