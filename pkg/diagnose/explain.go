@@ -153,6 +153,7 @@ func Explain(s rescue.Snapshot, x Extra) Report {
 		CriticalPods: []CriticalPod{},
 		Workloads:    []Workload{},
 		Liveness:     e.liveness(),
+		Unreachable:  e.unreachable(),
 		Policies:     []Policy{},
 		Warnings:     []string{},
 	}

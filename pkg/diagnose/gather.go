@@ -242,7 +242,7 @@ func describe(c Clients, what string, err error) error {
 	case apierrors.IsUnauthorized(err):
 		msg = fmt.Sprintf("the Kubernetes API at %s rejected the credentials (401 Unauthorized): check the kubeconfig's user, token or client certificate", c.Host)
 	default:
-		if why := unreachable(err, c.Timeout); why != "" {
+		if why := noAnswer(err, c.Timeout); why != "" {
 			msg = fmt.Sprintf("cannot reach the Kubernetes API at %s: %s", c.Host, why)
 		} else {
 			msg = fmt.Sprintf("cannot list %s from the Kubernetes API at %s: %s", what, c.Host, oneLine(err.Error()))
@@ -251,9 +251,9 @@ func describe(c Clients, what string, err error) error {
 	return &Error{Code: ExitCannotRead, Msg: msg, Err: err}
 }
 
-// unreachable says why a request never got an answer from an API server,
+// noAnswer says why a request never got an answer from an API server,
 // or "" when the server did answer.
-func unreachable(err error, timeout time.Duration) string {
+func noAnswer(err error, timeout time.Duration) string {
 	var status apierrors.APIStatus
 	if errors.As(err, &status) && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
 		return ""

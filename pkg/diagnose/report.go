@@ -69,7 +69,10 @@ type Report struct {
 	// model the controller's planners read), sorted by node. diagnose has
 	// no observation history, so its clocks are the API's transitions.
 	Liveness []NodeLiveness `json:"liveness"`
-	BGP      BGP            `json:"bgp"`
+	// Unreachable lists the nodes rebound marks, or would mark, dead on
+	// both planes (rebound.dev/unreachable), sorted by node.
+	Unreachable []UnreachableNode `json:"unreachable"`
+	BGP         BGP               `json:"bgp"`
 	// Policies are the RecoveryPolicies the plan used.
 	Policies []Policy `json:"policies"`
 	// Warnings are problems with the input itself (an invalid policy, the

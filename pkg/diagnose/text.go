@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"rebound/pkg/unreachable"
 )
 
 // textWidth is where human output wraps.
@@ -101,6 +103,22 @@ func WriteText(w io.Writer, r Report) error {
 				p.linef("    planes: %s; gossip: %d watcher(s), %d dead, %d alive", lease, l.GossipWatchers, l.GossipDown, l.GossipUp)
 			}
 			p.wrapped("    ", l.Reason)
+		}
+	}
+
+	if len(r.Unreachable) > 0 {
+		p.section("Nodes dead on both planes (" + unreachable.TaintKey + ")")
+		for _, u := range r.Unreachable {
+			head := u.Plan
+			if u.Hold != "" {
+				head += " (" + u.Hold + ")"
+			}
+			if u.Marked {
+				p.linef("  %s: marked since %s, %d pod(s) marked not ready; %s", u.Node, clock(derefTime(u.Since), r.Time), u.PodsMarkedNotReady, head)
+			} else {
+				p.linef("  %s: not marked; %s", u.Node, head)
+			}
+			p.wrapped("    ", u.Reason)
 		}
 	}
 
