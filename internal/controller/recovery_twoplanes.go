@@ -30,12 +30,7 @@ func CachedLeaseRenewTimes(c client.Reader) func(ctx context.Context) (map[strin
 		if err := c.List(ctx, &leases, client.InNamespace(corev1.NamespaceNodeLease), client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("list the nodes' Leases: %w", err)
 		}
-		out := make(map[string]time.Time, len(leases.Items))
-		for i := range leases.Items {
-			renew, _ := kube.LeaseRenewal(&leases.Items[i])
-			out[leases.Items[i].Name] = renew
-		}
-		return out, nil
+		return kube.LeaseRenewTimes(leases.Items), nil
 	}
 }
 

@@ -103,6 +103,8 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 		return s, x, describe(c, "leases", err)
 	default:
 		leases = kube.LeasesAsWritten(nodeLeases.Items)
+		// Policies with detection TwoPlanes are planned on them too.
+		s.LeaseRenewTimes = kube.LeaseRenewTimes(nodeLeases.Items)
 	}
 	s.Verdicts = kube.AssessReports(s.Nodes, x.PeeringReports, nil, leases, s.Now, liveness.Options{}).Nodes
 

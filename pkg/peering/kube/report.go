@@ -157,6 +157,18 @@ func LeasesAsWritten(leases []coordinationv1.Lease) map[string]liveness.Lease {
 	return out
 }
 
+// LeaseRenewTimes maps each Lease's node to its renewTime as written (the
+// kubelet's clock): what a rescue a two-plane verdict decided carries for
+// the executor to compare (rescue.Snapshot.LeaseRenewTimes).
+func LeaseRenewTimes(leases []coordinationv1.Lease) map[string]time.Time {
+	out := make(map[string]time.Time, len(leases))
+	for i := range leases {
+		renew, _ := LeaseRenewal(&leases[i])
+		out[leases[i].Name] = renew
+	}
+	return out
+}
+
 // LivenessNodes reads what the liveness model needs of each Node.
 func LivenessNodes(nodes []*corev1.Node) []liveness.Node {
 	out := make([]liveness.Node, 0, len(nodes))
