@@ -18,6 +18,7 @@ import (
 
 	"rebound/internal/sandbox"
 	"rebound/pkg/kubestatus"
+	"rebound/pkg/unreachable"
 )
 
 // S13: fast detection. A node dies outright: its Lease stops (kwok stops
@@ -29,8 +30,8 @@ import (
 // deletes the critical pod so that its replacement starts at once.
 
 // UnreachableTaint is the taint rebound puts on a node dead on both
-// planes.
-const UnreachableTaint = "rebound.dev/unreachable"
+// planes (pkg/unreachable).
+const UnreachableTaint = unreachable.TaintKey
 
 // S13Service is the Service whose endpoints S13 watches.
 const S13Service = "s13"
