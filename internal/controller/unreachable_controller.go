@@ -169,49 +169,54 @@ func (r *UnreachableReconciler) Reconcile(ctx context.Context, _ reconcile.Reque
 	}
 	var errs []error
 	acted := false
-	marked := map[string][]string{}
+	// The taints first, one by one; then the pods of the nodes that carry
+	// the taint, in parallel: a node's pods are independent writes, and a
+	// hundred of them one after another would keep its traffic flowing
+	// for seconds more.
+	var marks []unreachable.Action
 	for _, a := range plan.Actions {
 		if why := r.gate(a, stopped, stopErr); why != "" {
 			r.announce(ctx, log, a, byName[a.Node], why)
 			continue
 		}
-		if a.Kind == unreachable.MarkPodNotReady && !tainted[a.Node] {
-			// Taint first: a pod is marked only on a node that no
-			// replacement can be scheduled onto.
-			earlyActions.WithLabelValues(string(a.Kind), resultRefused).Inc()
+		if a.Kind == unreachable.MarkPodNotReady {
+			marks = append(marks, a)
 			continue
 		}
 		o := r.apply(ctx, a, now)
-		earlyActions.WithLabelValues(string(a.Kind), o.result).Inc()
+		if r.record(ctx, log, a, o, byName[a.Node]) {
+			acted = true
+		}
+		if o.err != nil {
+			errs = append(errs, o.err)
+			continue
+		}
+		tainted[a.Node] = o.tainted
+		if a.Kind == unreachable.AddTaint && o.result == resultSucceeded {
+			r.remember(a.Node, now)
+		}
+	}
+	// Taint first: a pod is marked only on a node no replacement can be
+	// scheduled onto.
+	marks = slices.DeleteFunc(marks, func(a unreachable.Action) bool {
+		if !tainted[a.Node] {
+			earlyActions.WithLabelValues(string(a.Kind), resultRefused).Inc()
+		}
+		return !tainted[a.Node]
+	})
+	outcomes := make([]earlyOutcome, len(marks))
+	inParallel(len(marks), func(i int) {
+		outcomes[i] = r.apply(ctx, marks[i], now)
+		r.record(ctx, log, marks[i], outcomes[i], byName[marks[i].Node])
+	})
+	marked := map[string][]string{}
+	for i, o := range outcomes {
 		switch {
 		case o.err != nil:
 			errs = append(errs, o.err)
-			log.Error(o.err, "early action failed", "action", a.Kind, "node", a.Node, "pod", podRef(a), "reason", a.Reason)
-			r.nodeEvent(ctx, log, byName[a.Node], string(a.Kind), corev1.EventTypeWarning, reasonUnreachableFailed, fmt.Sprintf("%s failed: %s; %s", a.Kind, o.detail, a.Reason))
-			continue
 		case o.result == resultSucceeded:
 			acted = true
-			log.Info("early action", "action", a.Kind, "node", a.Node, "pod", podRef(a), "reason", a.Reason)
-		default:
-			log.V(1).Info("early action not applied", "action", a.Kind, "node", a.Node, "pod", podRef(a), "result", o.result, "detail", o.detail)
-		}
-		switch a.Kind {
-		case unreachable.AddTaint:
-			tainted[a.Node] = o.tainted
-			if o.result == resultSucceeded {
-				r.remember(a.Node, now)
-				r.nodeEvent(ctx, log, byName[a.Node], string(a.Kind), corev1.EventTypeWarning, reasonUnreachableTainted, a.Reason)
-			}
-		case unreachable.RemoveTaint:
-			tainted[a.Node] = o.tainted
-			if o.result == resultSucceeded {
-				r.nodeEvent(ctx, log, byName[a.Node], string(a.Kind), corev1.EventTypeNormal, reasonUnreachableUntainted, a.Reason)
-			}
-		case unreachable.MarkPodNotReady:
-			if o.result == resultSucceeded {
-				marked[a.Node] = append(marked[a.Node], a.Namespace+"/"+a.Pod)
-				r.podEvent(ctx, log, a)
-			}
+			marked[marks[i].Node] = append(marked[marks[i].Node], marks[i].Namespace+"/"+marks[i].Pod)
 		}
 	}
 	for node, pods := range marked {
@@ -227,6 +232,31 @@ func (r *UnreachableReconciler) Reconcile(ctx context.Context, _ reconcile.Reque
 	}
 	unreachableNodes.Set(float64(n))
 	return r.requeue(plan, staleAt, acted, len(errs) > 0), nil
+}
+
+// record counts, logs and records the Event of one applied action, and
+// reports whether it changed the cluster.
+func (r *UnreachableReconciler) record(ctx context.Context, log logr.Logger, a unreachable.Action, o earlyOutcome, n *corev1.Node) bool {
+	earlyActions.WithLabelValues(string(a.Kind), o.result).Inc()
+	switch {
+	case o.err != nil:
+		log.Error(o.err, "early action failed", "action", a.Kind, "node", a.Node, "pod", podRef(a), "reason", a.Reason)
+		r.nodeEvent(ctx, log, n, string(a.Kind), corev1.EventTypeWarning, reasonUnreachableFailed, fmt.Sprintf("%s failed: %s; %s", a.Kind, o.detail, a.Reason))
+		return false
+	case o.result != resultSucceeded:
+		log.V(1).Info("early action not applied", "action", a.Kind, "node", a.Node, "pod", podRef(a), "result", o.result, "detail", o.detail)
+		return false
+	}
+	log.Info("early action", "action", a.Kind, "node", a.Node, "pod", podRef(a), "reason", a.Reason)
+	switch a.Kind {
+	case unreachable.AddTaint:
+		r.nodeEvent(ctx, log, n, string(a.Kind), corev1.EventTypeWarning, reasonUnreachableTainted, a.Reason)
+	case unreachable.RemoveTaint:
+		r.nodeEvent(ctx, log, n, string(a.Kind), corev1.EventTypeNormal, reasonUnreachableUntainted, a.Reason)
+	case unreachable.MarkPodNotReady:
+		r.podEvent(ctx, log, a)
+	}
+	return true
 }
 
 // snapshot reads the nodes from the cache, the verdicts, and, for the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func unreachableWorld() []client.Object {
 				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: ready, Reason: "kubelet"}}}}
 	}
 	return append(objs, pod("coredns-1", "node-3", corev1.ConditionTrue), pod("coredns-2", "node-3", corev1.ConditionFalse),
-		pod("web-1", "node-0", corev1.ConditionTrue))
+		pod("dns-3", "node-3", corev1.ConditionUnknown), pod("web-1", "node-0", corev1.ConditionTrue))
 }
 
 // unreachableFixture is a reconciler over a fake cache and a fake API that
@@ -129,6 +130,8 @@ func (f *unreachableFixture) writes() []string {
 			out = append(out, a.GetResource().Resource+"/"+a.GetSubresource()+" "+a.(k8stesting.PatchAction).GetName())
 		}
 	}
+	// A node's pods are marked in parallel.
+	slices.Sort(out)
 	return out
 }
 
@@ -168,14 +171,15 @@ func TestUnreachableMarksThenUnmarks(t *testing.T) {
 	if c := f.ready(t, "web-1"); c.Status != corev1.ConditionTrue {
 		t.Errorf("a pod of a live node was marked: %+v", c)
 	}
-	wantWrites := []string{"nodes/ node-3", "pods/status coredns-1"}
+	wantWrites := []string{"nodes/ node-3", "pods/status coredns-1", "pods/status dns-3"}
 	if got := f.writes(); !slices.Equal(got, wantWrites) {
 		t.Errorf("writes %v, want %v", got, wantWrites)
 	}
 	if res.RequeueAfter <= 0 || res.RequeueAfter > 2*time.Second {
 		t.Errorf("RequeueAfter %v, want a quick look after acting", res.RequeueAfter)
 	}
-	wantEvents := []string{"Node/node-3 " + reasonUnreachableTainted, "Node/node-3 " + reasonPodsMarkedNotReady, "Pod/coredns-1 " + reasonPodNodeUnreachable}
+	wantEvents := []string{"Node/node-3 " + reasonUnreachableTainted, "Node/node-3 " + reasonPodsMarkedNotReady,
+		"Pod/coredns-1 " + reasonPodNodeUnreachable, "Pod/dns-3 " + reasonPodNodeUnreachable}
 	if got := f.eventReasons(t); !slices.Equal(got, wantEvents) {
 		t.Errorf("events %v, want %v", got, wantEvents)
 	}
@@ -294,8 +298,18 @@ func conflict() error {
 	return apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "coredns-1", errors.New("the object has been modified"))
 }
 
-// tickingClock advances a microsecond at every read.
-type tickingClock struct{ t time.Time }
+// tickingClock advances a microsecond at every read; the pods of a node
+// are marked in parallel, so it is read from several goroutines.
+type tickingClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func (c *tickingClock) Now() time.Time                  { c.t = c.t.Add(time.Microsecond); return c.t }
+func (c *tickingClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(time.Microsecond)
+	return c.t
+}
+
 func (c *tickingClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
