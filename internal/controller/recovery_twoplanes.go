@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"rebound/pkg/kubestatus"
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering/kube"
 	"rebound/pkg/unreachable"
@@ -37,7 +36,7 @@ func CachedLeaseRenewTimes(c client.Reader) func(ctx context.Context) (map[strin
 // markedDeadEarly reports whether the planner examines n's pods although
 // the API has it Ready: dead on both planes and marked unreachable.
 func markedDeadEarly(n *corev1.Node, v liveness.NodeVerdict) bool {
-	return kubestatus.NodeReady(n) && v.Verdict == liveness.Dead && v.Early && unreachable.Tainted(n) != nil
+	return unreachable.DeadEarly(n, v) && unreachable.Tainted(n) != nil
 }
 
 // currentVerdict is the executor's Verdict: the verdict on node as it

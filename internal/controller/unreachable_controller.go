@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"rebound/api/v1alpha1"
-	"rebound/pkg/kubestatus"
 	"rebound/pkg/liveness"
 	"rebound/pkg/rescue/execute"
 	"rebound/pkg/unreachable"
@@ -279,7 +278,7 @@ func (r *UnreachableReconciler) snapshot(ctx context.Context, now time.Time) (un
 		return s, staleAt, nil
 	}
 	for _, n := range s.Nodes {
-		if v := s.Verdicts[n.Name]; v.Verdict != liveness.Dead || !v.Early || !kubestatus.NodeReady(n) {
+		if !unreachable.DeadEarly(n, s.Verdicts[n.Name]) {
 			continue
 		}
 		pods, err := r.api.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String()})

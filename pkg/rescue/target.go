@@ -18,7 +18,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fw "k8s.io/kube-scheduler/framework"
 
-	"rebound/pkg/liveness"
+	"rebound/pkg/unreachable"
 )
 
 // "Act only where the replacement can run." Deleting a pod whose
@@ -229,7 +229,7 @@ func (t *targetIndex) build(s *Snapshot, notReady map[string]*nodeState) {
 			continue
 		}
 		t.nodeLabels[n.Name] = n.Labels
-		if notReady[n.Name] == nil && !deadEarly(s.Verdicts[n.Name]) {
+		if notReady[n.Name] == nil && !unreachable.DeadEarly(n, s.Verdicts[n.Name]) {
 			t.ready = append(t.ready, n)
 			t.rooms[n.Name] = &room{node: n, used: corev1.ResourceList{}}
 		}
@@ -960,22 +960,16 @@ func taintString(t *corev1.Taint) string {
 // reservations named in them, a large cluster could have one per node.
 const maxReasonGroups = 8
 
-// deadEarly: the API has the node Ready, but it is dead on both planes
-// (pkg/liveness). It is no target, for any policy, whether or not rebound
-// has marked it yet: a replacement sent there would never start.
-func deadEarly(v liveness.NodeVerdict) bool {
-	return v.Verdict == liveness.Dead && v.Early
-}
-
 // downCounts counts the nodes no replacement may go to: NotReady ones,
-// and those the API has Ready that are dead on both planes.
+// and those the API has Ready that are dead on both planes, marked or not
+// (a replacement sent there would never start).
 func (p *planner) downCounts() (notReady, dead int) {
 	for _, n := range p.snap.Nodes {
 		switch {
 		case n == nil:
 		case p.idx.notReady[n.Name] != nil && !p.idx.notReady[n.Name].early:
 			notReady++
-		case p.idx.notReady[n.Name] != nil, deadEarly(p.snap.Verdicts[n.Name]):
+		case p.idx.notReady[n.Name] != nil, unreachable.DeadEarly(n, p.snap.Verdicts[n.Name]):
 			dead++
 		}
 	}

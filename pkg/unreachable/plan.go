@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"rebound/pkg/kubestatus"
 	"rebound/pkg/liveness"
 )
 
@@ -184,7 +183,7 @@ func PlanFor(s Snapshot) Plan {
 			p.Actions = append(p.Actions, Action{Kind: RemoveTaint, Node: n.Name, NodeUID: n.UID, Reason: removeReason(v, known)})
 		case taint != nil:
 			keep[n.Name] = true
-		case dead && v.Early && kubestatus.NodeReady(n):
+		case DeadEarly(n, v):
 			candidates = append(candidates, n)
 		}
 	}
@@ -242,7 +241,7 @@ func marks(s Snapshot, nodes []*corev1.Node, keep map[string]bool) []Action {
 			continue
 		}
 		n := byName[pod.Spec.NodeName]
-		if n == nil || !keep[n.Name] || !kubestatus.NodeReady(n) || !s.Verdicts[n.Name].Early || !NeedsMark(pod, n.Name) {
+		if n == nil || !keep[n.Name] || !DeadEarly(n, s.Verdicts[n.Name]) || !NeedsMark(pod, n.Name) {
 			continue
 		}
 		out = append(out, Action{Kind: MarkPodNotReady, Node: n.Name, NodeUID: n.UID, Namespace: pod.Namespace, Pod: pod.Name, PodUID: pod.UID, ResourceVersion: pod.ResourceVersion,

@@ -17,8 +17,8 @@
 // budgeted, persisted record of the verdict that pkg/rescue and its
 // executor require.
 //
-// Plan is pure: no client, no logger, no clock. Its rules, each with the
-// reason it gives:
+// PlanFor is pure: no client, no logger, no clock. Its rules, each with
+// the reason it gives:
 //
 //	situation                                            action
 //	rebound's taint, verdict not Dead (or none at all)   RemoveTaint, never limited: fail open
@@ -48,6 +48,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rebound/pkg/kubestatus"
+	"rebound/pkg/liveness"
 )
 
 // TaintKey is the key of rebound's taint on a node dead on both planes.
@@ -91,6 +94,13 @@ func WithoutTaint(taints []corev1.Taint) ([]corev1.Taint, bool) {
 		return taints, false
 	}
 	return out, true
+}
+
+// DeadEarly reports whether n is dead on both planes while the API has it
+// Ready: a node PlanFor marks, and, for any policy, no target for a
+// replacement.
+func DeadEarly(n *corev1.Node, v liveness.NodeVerdict) bool {
+	return v.Verdict == liveness.Dead && v.Early && kubestatus.NodeReady(n)
 }
 
 // PodReasonNodeUnreachable is the reason rebound writes on the Ready
