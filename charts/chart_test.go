@@ -5,14 +5,30 @@ package charts
 
 import (
 	"bytes"
+	"encoding/base64"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
@@ -32,6 +48,20 @@ var FullValues = map[string]any{
 		"prometheusRule": map[string]any{"enabled": true},
 	},
 	"controller": map[string]any{"dryRun": true, "logFormat": "json", "verbosity": 2, "extraArgs": []any{"--unhealthy-zone-threshold=0.6"}},
+	"gossip":     map[string]any{"enabled": true, "markPodsNotReadyEarly": true},
+}
+
+// gossipObjects are what gossip.enabled installs besides the agents'
+// namespace and the controller's --lease-plane.
+var gossipObjects = []string{
+	"ServiceAccount rebound-agent/rebound-gossip",
+	"ClusterRole /rebound-gossip",
+	"ClusterRoleBinding /rebound-gossip",
+	"ValidatingAdmissionPolicy /rebound-gossip-own-report",
+	"ValidatingAdmissionPolicyBinding /rebound-gossip-own-report",
+	"Service rebound-agent/rebound-gossip",
+	"NetworkPolicy rebound-agent/rebound-gossip",
+	"DaemonSet rebound-agent/rebound-gossip",
 }
 
 func TestHelmChartLint(t *testing.T) {
@@ -68,8 +98,8 @@ func TestHelmChartRender(t *testing.T) {
 			"ValidatingAdmissionPolicyBinding /rebound-controller-pod-status",
 			"RecoveryPolicy /default",
 		},
-		absent: []string{"Namespace /rebound-system", "DaemonSet rebound-agent/rebound-agent", "ClusterRole /rebound-controller-calico",
-			"ServiceMonitor rebound-system/rebound-controller", "PrometheusRule rebound-system/rebound"},
+		absent: append([]string{"Namespace /rebound-system", "DaemonSet rebound-agent/rebound-agent", "ClusterRole /rebound-controller-calico",
+			"ServiceMonitor rebound-system/rebound-controller", "PrometheusRule rebound-system/rebound", "Secret rebound-agent/rebound-gossip-key"}, gossipObjects...),
 	}, {
 		name:   "full",
 		values: FullValues,
@@ -85,7 +115,20 @@ func TestHelmChartRender(t *testing.T) {
 			"ServiceMonitor rebound-agent/rebound-agent",
 			"ClusterRoleBinding /rebound-agent-metrics-auth",
 			"PrometheusRule rebound-system/rebound",
+			"DaemonSet rebound-agent/rebound-gossip",
 		},
+	}, {
+		// Gossip alone: the agents' namespace for its DaemonSet, and the
+		// key the chart makes.
+		name:   "gossip",
+		values: map[string]any{"gossip": map[string]any{"enabled": true}},
+		want:   append([]string{"Namespace /rebound-agent", "Secret rebound-agent/rebound-gossip-key"}, gossipObjects...),
+		absent: []string{"DaemonSet rebound-agent/rebound-agent", "ValidatingAdmissionPolicy /rebound-agent-own-report", "ClusterRole /rebound-controller-peering"},
+	}, {
+		name:   "gossip with an existing key",
+		values: map[string]any{"gossip": map[string]any{"enabled": true, "existingSecret": "my-gossip-key"}},
+		want:   append([]string{"Namespace /rebound-agent"}, gossipObjects...),
+		absent: []string{"Secret rebound-agent/rebound-gossip-key"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, err := chartrender.Render(chartDir, chartrender.Options{Values: tc.values})
@@ -104,14 +147,29 @@ func TestHelmChartRender(t *testing.T) {
 				}
 			}
 			decodeStrict(t, objs)
+			args := " " + strings.Join(containerArgs(t, got["Deployment rebound-system/rebound-controller"]), " ") + " "
+			var want, unwanted []string
+			switch tc.name {
+			case "default":
+				unwanted = []string{"--lease-plane", "--mark-pods-not-ready-early"}
+			case "full":
+				want = []string{"--peering", "--calico", "--calico-max-restart-time=120s", "--dry-run", "--log-format=json", "--v=2", "--unhealthy-zone-threshold=0.6",
+					"--lease-plane", "--mark-pods-not-ready-early"}
+			default: // gossip
+				want, unwanted = []string{"--lease-plane"}, []string{"--mark-pods-not-ready-early", "--peering"}
+			}
+			for _, a := range want {
+				if !strings.Contains(args, " "+a+" ") {
+					t.Errorf("controller args %s lack %s", args, a)
+				}
+			}
+			for _, a := range unwanted {
+				if strings.Contains(args, " "+a+" ") {
+					t.Errorf("controller args %s have %s", args, a)
+				}
+			}
 			if tc.name != "full" {
 				return
-			}
-			args := containerArgs(t, got["Deployment rebound-system/rebound-controller"])
-			for _, a := range []string{"--peering", "--calico", "--calico-max-restart-time=120s", "--dry-run", "--log-format=json", "--v=2", "--unhealthy-zone-threshold=0.6"} {
-				if !strings.Contains(" "+strings.Join(args, " ")+" ", " "+a+" ") {
-					t.Errorf("controller args %v lack %s", args, a)
-				}
 			}
 			rule := got["PrometheusRule rebound-system/rebound"]
 			groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
@@ -135,6 +193,7 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 		{"core", map[string]any{"namespace": map[string]any{"create": true}}, []string{"deploy", "deploy/policy"}},
 		{"agent", map[string]any{"agent": map[string]any{"enabled": true}}, []string{"deploy/agent"}},
 		{"calico", map[string]any{"calico": map[string]any{"enabled": true}}, []string{"deploy/calico"}},
+		{"gossip", map[string]any{"gossip": map[string]any{"enabled": true}}, []string{"deploy/gossip"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, err := chartrender.Render(chartDir, chartrender.Options{Values: tc.values})
@@ -159,7 +218,7 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 					continue
 				}
 				if key == "Deployment rebound-system/rebound-controller" && tc.name != "core" {
-					continue // the chart adds --peering/--calico; deploy/agent leaves that to the operator
+					continue // the chart adds --peering/--calico/--lease-plane; deploy/agent and deploy/gossip leave that to the operator
 				}
 				if d := cmp.Diff(w.Object, got.Object); d != "" {
 					t.Errorf("%s differs (-kustomize +chart):\n%s", key, d)
@@ -175,6 +234,195 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHelmChartGossip: the gossip DaemonSet runs unprivileged in the pod
+// network on every node, joins through its headless Service and reads the
+// key from the Secret the values name; the chart's own key survives an
+// upgrade; values the controller cannot honour fail the render.
+func TestHelmChartGossip(t *testing.T) {
+	t.Run("daemonset", func(t *testing.T) {
+		objs, err := chartrender.Render(chartDir, chartrender.Options{Values: map[string]any{
+			"gossip": map[string]any{"enabled": true, "port": 7950, "existingSecret": "my-gossip-key"},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := chartrender.Normalize(objs)
+		var ds appsv1.DaemonSet
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(got["DaemonSet rebound-agent/rebound-gossip"].Object, &ds); err != nil {
+			t.Fatal(err)
+		}
+		spec := ds.Spec.Template.Spec
+		if spec.HostNetwork {
+			t.Error("the gossip members must run in the pod network")
+		}
+		if spec.ServiceAccountName != "rebound-gossip" || spec.PriorityClassName != "system-node-critical" {
+			t.Errorf("serviceAccount %q, priorityClass %q; want rebound-gossip, system-node-critical", spec.ServiceAccountName, spec.PriorityClassName)
+		}
+		if len(spec.Tolerations) != 1 || spec.Tolerations[0].Operator != corev1.TolerationOpExists || spec.Tolerations[0].Key != "" {
+			t.Errorf("tolerations %+v: want every taint tolerated", spec.Tolerations)
+		}
+		c := spec.Containers[0]
+		args := " " + strings.Join(c.Args, " ") + " "
+		for _, a := range []string{"agent", "--gossip-only", "--node-name=$(NODE_NAME)", "--gossip-bind-address=$(POD_IP)", "--gossip-port=7950",
+			"--gossip-key-file=/etc/rebound/gossip/key", "--gossip-join=rebound-gossip.rebound-agent.svc:7950", "--gossip-watchers=3"} {
+			if !strings.Contains(args, " "+a+" ") {
+				t.Errorf("gossip args %s lack %s", args, a)
+			}
+		}
+		env := map[string]string{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+				env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+			}
+		}
+		if env["POD_IP"] != "status.podIP" || env["NODE_NAME"] != "spec.nodeName" {
+			t.Errorf("env %v: want POD_IP from status.podIP and NODE_NAME from spec.nodeName", env)
+		}
+		psc, sc := spec.SecurityContext, c.SecurityContext
+		switch {
+		case psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0:
+			t.Error("the gossip members must not run as root")
+		case psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+			t.Error("pod seccompProfile must be RuntimeDefault")
+		case sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+			t.Error("readOnlyRootFilesystem must be true")
+		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+			t.Error("allowPrivilegeEscalation must be false")
+		case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
+			t.Error("capabilities must drop ALL and add none")
+		}
+		if len(spec.Volumes) != 1 || spec.Volumes[0].Secret == nil || spec.Volumes[0].Secret.SecretName != "my-gossip-key" {
+			t.Errorf("volumes %+v: want the key from Secret my-gossip-key", spec.Volumes)
+		}
+
+		var svc corev1.Service
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(got["Service rebound-agent/rebound-gossip"].Object, &svc); err != nil {
+			t.Fatal(err)
+		}
+		if svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses || !maps.Equal(svc.Spec.Selector, ds.Spec.Template.Labels) {
+			t.Errorf("Service rebound-gossip: clusterIP %q, publishNotReadyAddresses %v, selector %v; want headless, true, the DaemonSet's pods %v",
+				svc.Spec.ClusterIP, svc.Spec.PublishNotReadyAddresses, svc.Spec.Selector, ds.Spec.Template.Labels)
+		}
+		var np networkingv1.NetworkPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(got["NetworkPolicy rebound-agent/rebound-gossip"].Object, &np); err != nil {
+			t.Fatal(err)
+		}
+		members := labels.SelectorFromSet(ds.Spec.Template.Labels)
+		if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+			t.Errorf("NetworkPolicy podSelector %v does not select the members", np.Spec.PodSelector)
+		}
+		if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || np.Spec.Ingress[0].From[0].NamespaceSelector != nil {
+			t.Fatalf("NetworkPolicy ingress %+v: want one rule, from the members in their namespace", np.Spec.Ingress)
+		}
+		rule := np.Spec.Ingress[0]
+		if from, err := metav1.LabelSelectorAsSelector(rule.From[0].PodSelector); err != nil || from.String() != members.String() {
+			t.Errorf("NetworkPolicy admits pods %v, want the members (%s)", rule.From[0].PodSelector, members)
+		}
+		var ports []string
+		for _, p := range rule.Ports {
+			ports = append(ports, string(*p.Protocol)+"/"+p.Port.String())
+		}
+		if !slices.Equal(ports, []string{"TCP/7950", "UDP/7950"}) {
+			t.Errorf("NetworkPolicy admits %v, want TCP/7950 and UDP/7950 only", ports)
+		}
+	})
+
+	t.Run("key kept on upgrade", func(t *testing.T) {
+		values := map[string]any{"gossip": map[string]any{"enabled": true}}
+		first := gossipKey(t, renderAgainst(t, values, nil))
+		raw, err := base64.StdEncoding.DecodeString(first)
+		if err != nil || len(raw) != 32 {
+			t.Fatalf("the chart's key file %q: want base64 of 32 bytes (%v, %d bytes)", first, err, len(raw))
+		}
+		if again := gossipKey(t, renderAgainst(t, values, nil)); again == first {
+			t.Error("two installs made the same key")
+		}
+		stored := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Secret",
+			"metadata": map[string]any{"name": "rebound-gossip-key", "namespace": "rebound-agent"},
+			"data":     map[string]any{"key": base64.StdEncoding.EncodeToString([]byte(first))},
+		}}
+		if upgraded := gossipKey(t, renderAgainst(t, values, stored)); upgraded != first {
+			t.Errorf("an upgrade replaced the stored key %q with %q", first, upgraded)
+		}
+	})
+
+	for name, values := range map[string]map[string]any{
+		"watchers other than the controller's": {"gossip": map[string]any{"enabled": true, "watchers": 5}},
+		"pods marked early without gossip":     {"gossip": map[string]any{"markPodsNotReadyEarly": true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := chartrender.Render(chartDir, chartrender.Options{Values: values}); err == nil {
+				t.Errorf("values %v rendered, want them refused", values)
+			}
+		})
+	}
+}
+
+// renderAgainst renders the chart as an upgrade would with existing in
+// the cluster (Helm's lookup reads it).
+func renderAgainst(t *testing.T, values map[string]any, existing *unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{
+		Name: "rebound", Namespace: "rebound-system", IsUpgrade: existing != nil, IsInstall: existing == nil, Revision: 1,
+	}, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	if existing != nil {
+		objs = append(objs, existing)
+	}
+	files, err := engine.RenderWithClientProvider(ch, vals, fakeClients{dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*unstructured.Unstructured
+	for name, f := range files {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue
+		}
+		o, err := chartrender.Decode([]byte(f))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, o...)
+	}
+	return chartrender.Normalize(out)
+}
+
+// fakeClients serves Helm's lookup from a fake dynamic client: Secrets
+// only, which is all the chart looks up.
+type fakeClients struct {
+	c *dynamicfake.FakeDynamicClient
+}
+
+func (f fakeClients) GetClientFor(apiVersion, kind string) (dynamic.NamespaceableResourceInterface, bool, error) {
+	if apiVersion != "v1" || kind != "Secret" {
+		return nil, false, fmt.Errorf("lookup of %s %s: the test serves Secrets only", apiVersion, kind)
+	}
+	return f.c.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}), true, nil
+}
+
+// gossipKey returns the key file the chart's Secret holds.
+func gossipKey(t *testing.T, objs map[string]*unstructured.Unstructured) string {
+	t.Helper()
+	s := objs["Secret rebound-agent/rebound-gossip-key"]
+	if s == nil {
+		t.Fatal("Secret rebound-gossip-key not rendered")
+	}
+	data, _, _ := unstructured.NestedString(s.Object, "data", "key")
+	file, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		t.Fatalf("Secret rebound-gossip-key data.key: %v", err)
+	}
+	return string(file)
 }
 
 // TestHelmChartFilesInSync: the chart's CRD and alerts are copies of the

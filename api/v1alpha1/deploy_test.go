@@ -165,14 +165,12 @@ func TestDeployManifests(t *testing.T) {
 		switch m.obj.(type) {
 		case *unstructured.Unstructured:
 			// scope unknown here
-		case *corev1.ServiceAccount, *appsv1.DaemonSet:
-			// The agent (hostNetwork, uid 0) has its own privileged
-			// namespace; everything else lives in the restricted one.
-			want := systemNamespace
-			if strings.HasPrefix(m.file, "agent/") {
-				want = agentNamespace
-			}
-			if meta.GetNamespace() != want {
+		case *corev1.ServiceAccount, *appsv1.DaemonSet, *corev1.Service, *networkingv1.NetworkPolicy:
+			// The agents (the BIRD one: hostNetwork, uid 0) have their own
+			// privileged namespace, with what serves them (the gossip
+			// members' Service and NetworkPolicy); everything else lives
+			// in the restricted one.
+			if want := namespaceOf(m.file); meta.GetNamespace() != want {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, want)
 			}
 		case *rbacv1.Role, *rbacv1.RoleBinding:
@@ -181,8 +179,7 @@ func TestDeployManifests(t *testing.T) {
 			if meta.GetNamespace() != systemNamespace && (meta.GetNamespace() != corev1.NamespaceNodeLease || meta.GetName() != "rebound-node-leases") {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, systemNamespace)
 			}
-		case *corev1.Service, *appsv1.Deployment,
-			*policyv1.PodDisruptionBudget, *networkingv1.NetworkPolicy:
+		case *appsv1.Deployment, *policyv1.PodDisruptionBudget:
 			if meta.GetNamespace() != systemNamespace {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, systemNamespace)
 			}
@@ -245,6 +242,16 @@ func TestDeployManifests(t *testing.T) {
 	if want := []string{"peeringreports.rebound.dev", "recoverypolicies.rebound.dev"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("CRDs = %v, want %v", names, want)
 	}
+}
+
+// namespaceOf is where a file's ServiceAccounts, DaemonSets, Services and
+// NetworkPolicies belong: the agents' namespace for deploy/agent and
+// deploy/gossip, the controller's elsewhere.
+func namespaceOf(file string) string {
+	if strings.HasPrefix(file, "agent/") || strings.HasPrefix(file, "gossip/") {
+		return agentNamespace
+	}
+	return systemNamespace
 }
 
 func metaOf(obj runtime.Object) (metav1.Object, error) {

@@ -35,5 +35,10 @@ app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 
 {{/* Some agent runs in the agents' namespace. */}}
 {{- define "rebound.agentNamespaceWanted" -}}
-{{- if or .Values.agent.enabled (include "rebound.rejoin" .) }}true{{ end }}
+{{- if or .Values.agent.enabled (include "rebound.rejoin" .) .Values.gossip.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The Secret holding the gossip members' shared key. */}}
+{{- define "rebound.gossipSecret" -}}
+{{ .Values.gossip.existingSecret | default "rebound-gossip-key" }}
 {{- end }}
