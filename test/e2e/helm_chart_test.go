@@ -2,15 +2,22 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -46,6 +53,7 @@ func TestHelmChartInstall(t *testing.T) {
 		"namespace": map[string]any{"create": true},
 		"agent":     map[string]any{"enabled": true},
 		"calico":    map[string]any{"enabled": true},
+		"gossip":    map[string]any{"enabled": true, "markPodsNotReadyEarly": true},
 		"metrics":   map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}},
 	}})
 	if err != nil {
@@ -59,6 +67,7 @@ func TestHelmChartInstall(t *testing.T) {
 	}
 	applyChart(ctx, t, cl, namespaces, false) // the agent's, so that its objects can be dry-run
 	applyChart(ctx, t, cl, full, true)
+	checkGossipConfinement(ctx, t, c, cl, full)
 
 	kubeconfig := serviceAccountKubeconfig(ctx, t, c, "rebound-system", "rebound")
 	// The later --kubeconfig wins over startController's sandbox identity.
@@ -83,6 +92,65 @@ func TestHelmChartInstall(t *testing.T) {
 	}
 	if n := len(podDeletesBy(t, c, "system:serviceaccount:rebound-system:rebound")); n != 1 {
 		t.Errorf("the chart's ServiceAccount deleted %d pods, want exactly 1 (the critical one)", n)
+	}
+}
+
+// checkGossipConfinement applies the chart's gossip credential for real
+// (not its DaemonSet: the S1 rescue below runs on the same nodes) and
+// tries, with a token of it bound to node-0, what a gossip member may and
+// may not write: its own node's gossip field, and neither another node's
+// report nor the BGP part of its own.
+func checkGossipConfinement(ctx context.Context, t *testing.T, c *sandbox.Cluster, cl client.Client, objs []*unstructured.Unstructured) {
+	t.Helper()
+	var confinement []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetLabels()["app.kubernetes.io/component"] == "gossip" && o.GetKind() != "DaemonSet" {
+			confinement = append(confinement, o)
+		}
+	}
+	applyChart(ctx, t, cl, confinement, false)
+	token, err := scenario.NodeBoundToken(ctx, c, "rebound-gossip", "rebound-gossip-node-0", "node-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(scenario.TokenConfig(c, token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := schema.GroupVersionResource{Group: "rebound.dev", Version: "v1alpha1", Resource: "peeringreports"}
+	write := func(node string, bgp bool) error {
+		now := time.Now().UTC().Format(time.RFC3339)
+		obj := map[string]any{
+			"apiVersion": "rebound.dev/v1alpha1", "kind": "PeeringReport", "metadata": map[string]any{"name": node},
+			"gossip": map[string]any{"observedAt": now, "members": 1},
+		}
+		if bgp {
+			obj["report"] = map[string]any{"observedAt": now, "established": 1}
+		}
+		data, err := json.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		_, err = dyn.Resource(reports).Patch(ctx, node, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "rebound-gossip", Force: ptr.To(true)})
+		return err
+	}
+	deniedByPolicy := func(err error) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "rebound-gossip-own-report")
+	}
+	// RBAC and the policy take effect a moment after they are created.
+	poll(ctx, t, 30*time.Second, "the gossip member's own report written", func() (bool, string) {
+		err := write("node-0", false)
+		return err == nil, fmt.Sprint(err)
+	})
+	poll(ctx, t, 30*time.Second, "another node's report refused by rebound-gossip-own-report", func() (bool, string) {
+		err := write("node-1", false)
+		return deniedByPolicy(err), fmt.Sprint(err)
+	})
+	if err := write("node-0", false); err != nil {
+		t.Errorf("the gossip member's own gossip: %v", err)
+	}
+	if err := write("node-0", true); !deniedByPolicy(err) {
+		t.Errorf("the gossip member wrote its node's BGP report (err %v), want it refused by rebound-gossip-own-report", err)
 	}
 }
 
