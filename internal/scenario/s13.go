@@ -91,15 +91,15 @@ func RunS13(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S13Optio
 	if err := deployOnPreferredNode(ctx, c, tl, obs, w); err != nil {
 		return res, err
 	}
-	if err := s13Service(ctx, c, opts.Peer); err != nil {
+	if err := s13Service(ctx, c, w.Namespace, opts.Peer); err != nil {
 		return res, err
 	}
 	tl.Step("Service %s has ready endpoints on %s and %s", S13Service, victim, opts.Peer)
-	if err := waitEndpoints(ctx, c, func(ready map[string]bool) bool { return ready[victim] && ready[opts.Peer] }, time.Minute); err != nil {
+	if err := waitEndpoints(ctx, c, w.Namespace, func(ready map[string]bool) bool { return ready[victim] && ready[opts.Peer] }, time.Minute); err != nil {
 		return res, err
 	}
 
-	off := watchEndpointOff(ctx, c, victim)
+	off := watchEndpointOff(ctx, c, w.Namespace, victim)
 	tl.Step("%s dies: its Lease stops and its agent is killed in the same instant", victim)
 	res.DiedAt = time.Now()
 	if opts.KillAgent != nil {
@@ -164,11 +164,11 @@ func RunS13(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S13Optio
 	return res, nil
 }
 
-// s13Service creates the Service and its second endpoint, a bare pod on
-// peer.
-func s13Service(ctx context.Context, c *sandbox.Cluster, peer string) error {
+// s13Service creates the Service in the workload's namespace and its
+// second endpoint, a bare pod on peer.
+func s13Service(ctx context.Context, c *sandbox.Cluster, ns, peer string) error {
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: S13Service},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: S13Service},
 		Spec: corev1.ServiceSpec{
 			Selector: s13EndpointLabel,
 			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
@@ -178,7 +178,7 @@ func s13Service(ctx context.Context, c *sandbox.Cluster, peer string) error {
 		return fmt.Errorf("create Service %s: %w", S13Service, err)
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s13-peer", Labels: s13EndpointLabel},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s13-peer", Labels: s13EndpointLabel},
 		Spec: corev1.PodSpec{
 			NodeName:                      peer,
 			Containers:                    []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}},
@@ -207,10 +207,10 @@ func endpointReadiness(slices []discoveryv1.EndpointSlice) map[string]bool {
 	return out
 }
 
-func waitEndpoints(ctx context.Context, c *sandbox.Cluster, cond func(map[string]bool) bool, timeout time.Duration) error {
+func waitEndpoints(ctx context.Context, c *sandbox.Cluster, ns string, cond func(map[string]bool) bool, timeout time.Duration) error {
 	var last map[string]bool
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		l, err := c.Client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + S13Service})
+		l, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + S13Service})
 		if err != nil {
 			return false, nil //nolint:nilerr // poll through apiserver hiccups
 		}
@@ -225,13 +225,13 @@ func waitEndpoints(ctx context.Context, c *sandbox.Cluster, cond func(map[string
 
 // watchEndpointOff watches the Service's EndpointSlices and sends the
 // moment (the runner's clock) node's endpoint is no longer ready.
-func watchEndpointOff(ctx context.Context, c *sandbox.Cluster, node string) <-chan time.Time {
+func watchEndpointOff(ctx context.Context, c *sandbox.Cluster, ns, node string) <-chan time.Time {
 	out := make(chan time.Time, 1)
 	go func() {
 		defer close(out)
 		sel := discoveryv1.LabelServiceName + "=" + S13Service
 		for ctx.Err() == nil {
-			l, err := c.Client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: sel})
+			l, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
 			if err != nil {
 				select {
 				case <-ctx.Done():
@@ -243,7 +243,7 @@ func watchEndpointOff(ctx context.Context, c *sandbox.Cluster, node string) <-ch
 			for _, s := range l.Items {
 				byName[s.Name] = s
 			}
-			w, err := c.Client.DiscoveryV1().EndpointSlices("default").Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: l.ResourceVersion})
+			w, err := c.Client.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: l.ResourceVersion})
 			if err != nil {
 				continue
 			}
