@@ -18,6 +18,7 @@ import (
 	"rebound/internal/sandbox"
 	"rebound/internal/scenario"
 	"rebound/pkg/kubestatus"
+	"rebound/pkg/liveness"
 )
 
 // s13Victim dies in every S13 test; s13Peer holds the Service's other
@@ -113,14 +114,19 @@ func TestS13NoQuorum(t *testing.T) {
 	})
 }
 
-// TestS13WrongKey: node-0 and node-2 gossip with another key, so of the
-// five agents only node-1, node-3 and node-4 form the membership; node-3
-// dies outright. The two agents with the wrong key never see a member and
-// cannot vote, so node-3's watchers (on the ring of all five reporters)
-// cannot reach a quorum of real observations: no early action.
+// TestS13WrongKey: two of node-3's three watchers (on the ring of all five
+// reporters, liveness.Watchers) gossip with another key; node-3 dies
+// outright. They never see a member of the real membership, so they
+// cannot vote on node-3, and its one watcher with the right key is short
+// of the quorum of two: no early action.
 func TestS13WrongKey(t *testing.T) {
 	t.Parallel()
-	s13Negative(t, scenario.GossipAgentOptions{WrongKey: []string{"node-0", "node-2"}}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*scenario.GossipAgent) error {
+	var nodes []string
+	for i := range 5 {
+		nodes = append(nodes, sandbox.NodeName(i))
+	}
+	wrong := liveness.Watchers(s13Victim, nodes, liveness.DefaultWatchers)[:2]
+	s13Negative(t, scenario.GossipAgentOptions{WrongKey: wrong}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*scenario.GossipAgent) error {
 		if err := agents[s13Victim].Kill(); err != nil {
 			return err
 		}
