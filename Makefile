@@ -55,7 +55,13 @@ unit:
 # The e2e tests' output as `go test -v` prints it, then each failed test's
 # own messages again at the end (hack/testsummary): the tests run in
 # parallel and dump logs on failure, which would bury the assertion.
-E2E = $(GO) test -count=1 -v -json -timeout 40m ./test/e2e | $(GO) run ./hack/testsummary
+#
+# Four at a time (go test's default is one per core): most e2e tests wait
+# on timers (BIRD's 240 s graceful restart, node graces, tolerations, the
+# 300 s returns), so two at a time left a 2-core machine two-thirds idle
+# (about 23 CPU-minutes in a 37-minute run). E2E_PARALLEL=2 is the old pace.
+E2E_PARALLEL ?= 4
+E2E = $(GO) test -count=1 -v -json -timeout 40m -parallel $(E2E_PARALLEL) ./test/e2e | $(GO) run ./hack/testsummary
 
 e2e: sandbox
 	$(E2E)
