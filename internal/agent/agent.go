@@ -9,9 +9,11 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"rebound/internal/agent/gossip"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 	"rebound/pkg/peering/kube"
@@ -51,12 +54,15 @@ type Agent struct {
 	starting bool
 	// rejoiner is the whole agent with RejoinOnly (rejoin.go).
 	rejoiner *Rejoiner
+	// gossipKey is read once, at New.
+	gossipKey []byte
 
 	mu      sync.Mutex // guards what the HTTP handlers and Stats read
 	stats   Stats
 	peers   []bird.Peer      // the set as last applied or attempted
 	doc     *peering.PeerSet // the document peers came from
 	status  *sessionView     // last read of BIRD
+	gossip  *gossip.Member   // once started
 	running bool
 	beat    time.Time // last loop activity
 }
@@ -106,6 +112,13 @@ func New(opts Options) (*Agent, error) {
 	if opts.RejoinOnly {
 		a.rejoiner = NewRejoiner(opts)
 	}
+	if opts.gossipOn() {
+		key, err := gossip.LoadKey(opts.Gossip.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("rebound agent: %w", err)
+		}
+		a.gossipKey = key
+	}
 	return a, nil
 }
 
@@ -125,8 +138,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.opts.Once {
 		return a.runOnce(ctx)
 	}
+	if a.opts.GossipOnly {
+		return a.runGossipOnly(ctx)
+	}
 	if err := a.prepare(ctx); err != nil {
 		return err
+	}
+	if a.opts.gossipOn() {
+		// Beside BIRD: on the BGP address unless told otherwise, the one
+		// the other agents know this node by.
+		stopGossip, err := a.startGossip(ctx, a.syncer.base.Address)
+		if err != nil {
+			return err
+		}
+		defer stopGossip()
 	}
 	stop, err := a.watchSet(ctx)
 	if stop != nil {
@@ -140,12 +165,72 @@ func (a *Agent) Run(ctx context.Context) error {
 	return a.loop(ctx)
 }
 
+// runGossipOnly is --gossip-only: the gossip member and its writer, on
+// --gossip-bind-address, else --address, else the node's BGP address.
+func (a *Agent) runGossipOnly(ctx context.Context) error {
+	addr := a.opts.Gossip.BindAddress
+	if !addr.IsValid() {
+		addr = a.opts.Address
+	}
+	if !addr.IsValid() {
+		var err error
+		if addr, err = a.ownAddress(ctx, "--gossip-bind-address"); err != nil {
+			return err
+		}
+	}
+	m, err := a.newGossip(addr)
+	if err != nil {
+		return err
+	}
+	a.setRunning()
+	return m.Run(ctx)
+}
+
+// startGossip runs the gossip member beside the BIRD loops, on
+// --gossip-bind-address or else addr. stop makes it leave the gossip and
+// waits for it.
+func (a *Agent) startGossip(ctx context.Context, addr netip.Addr) (stop func(), err error) {
+	if a.opts.Gossip.BindAddress.IsValid() {
+		addr = a.opts.Gossip.BindAddress
+	}
+	m, err := a.newGossip(addr)
+	if err != nil {
+		return nil, err
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(gctx)
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+func (a *Agent) newGossip(addr netip.Addr) (*gossip.Member, error) {
+	m, err := gossip.New(a.opts.gossipConfig(addr, a.gossipKey))
+	if err != nil {
+		return nil, fmt.Errorf("rebound agent: %w", err)
+	}
+	a.mu.Lock()
+	a.gossip = m
+	a.mu.Unlock()
+	return m, nil
+}
+
+// Gossip is the agent's gossip member, nil until it started (and without
+// --gossip-key-file).
+func (a *Agent) Gossip() *gossip.Member {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.gossip
+}
+
 // prepare resolves this node's address (from its Node unless given) and
 // builds the syncer.
 func (a *Agent) prepare(ctx context.Context) error {
 	base := a.opts.meshBase()
 	if !base.Address.IsValid() {
-		addr, err := a.ownAddress(ctx)
+		addr, err := a.ownAddress(ctx, "--address")
 		if err != nil {
 			return err
 		}
@@ -527,8 +612,8 @@ func (a *Agent) poll(ctx context.Context) {
 }
 
 // ownAddress reads this node's BGP address from its Node object, retrying
-// until it is there or ctx ends.
-func (a *Agent) ownAddress(ctx context.Context) (netip.Addr, error) {
+// until it is there or ctx ends. flag is the one that would set it.
+func (a *Agent) ownAddress(ctx context.Context, flag string) (netip.Addr, error) {
 	delay := a.opts.RetryInterval
 	for {
 		n, err := a.opts.Client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
@@ -536,7 +621,7 @@ func (a *Agent) ownAddress(ctx context.Context) (netip.Addr, error) {
 		case err == nil && kube.BGPAddress(n).IsValid():
 			return kube.BGPAddress(n), nil
 		case err == nil:
-			err = fmt.Errorf("node %s has no IPv4 BGP address (annotation %s or an InternalIP); set --address", a.opts.NodeName, peering.AnnotationCalicoIPv4)
+			err = fmt.Errorf("node %s has no IPv4 BGP address (annotation %s or an InternalIP); set %s", a.opts.NodeName, peering.AnnotationCalicoIPv4, flag)
 		case apierrors.IsNotFound(err):
 			err = fmt.Errorf("node %s does not exist: check --node-name", a.opts.NodeName)
 		}
@@ -583,6 +668,9 @@ func (a *Agent) Handler() http.Handler {
 	if a.rejoiner != nil {
 		return a.rejoiner.Handler()
 	}
+	if a.opts.GossipOnly {
+		return a.gossipHandler()
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		r := a.Readiness()
@@ -608,6 +696,63 @@ func (a *Agent) Handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
+}
+
+// gossipHandler serves the probes of a --gossip-only agent: /readyz once
+// the member is up (whether or not it has reached another yet: the first
+// agent of a cluster has nobody to reach, and a readiness gated on a join
+// would keep every agent out of a Service that publishes ready endpoints
+// only), /healthz while its watch loop moves.
+func (a *Agent) gossipHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		m := a.Gossip()
+		if m == nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: the gossip member has not started (resolving this node's address)")
+			return
+		}
+		st := m.Status()
+		switch {
+		case !st.Running:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: the gossip member is not running")
+		case !st.Joined:
+			fmt.Fprintf(w, "ready: gossip member up, no other member reached yet (--gossip-join %s)\n", strings.Join(a.opts.Gossip.Join, ","))
+		case st.LastWriteError != "":
+			fmt.Fprintf(w, "ready: gossip member of %d; last write failed: %s\n", st.Members, st.LastWriteError)
+		default:
+			fmt.Fprintf(w, "ready: gossip member of %d\n", st.Members)
+		}
+	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if m := a.Gossip(); m != nil {
+			st := m.Status()
+			if since := time.Since(st.Beat); st.Running && since > 30*time.Second { // the member runs on the real clock
+				w.WriteHeader(http.StatusInternalServerError)
+				fmt.Fprintf(w, "stuck: the gossip watch loop has not moved for %s\n", since.Round(time.Second))
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// GossipCollector reads the gossip member's metrics at scrape time;
+// nothing until the member started.
+func (a *Agent) GossipCollector() prometheus.Collector { return gossipCollector{a} }
+
+type gossipCollector struct{ a *Agent }
+
+func (c gossipCollector) Describe(ch chan<- *prometheus.Desc) { gossip.DescribeMetrics(ch) }
+
+func (c gossipCollector) Collect(ch chan<- prometheus.Metric) {
+	if m := c.a.Gossip(); m != nil {
+		m.Collect(ch)
+	}
 }
 
 func peerNames(peers []bird.Peer) []string {

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"rebound/internal/agent/gossip"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -138,12 +139,108 @@ type Options struct {
 	// the Calico set when it is Ready. The BIRD options are ignored.
 	RejoinOnly bool
 
+	// Gossip makes this agent a member of the agents' gossip (package
+	// gossip) when Gossip.KeyFile is set; beside BIRD, or alone with
+	// GossipOnly.
+	Gossip GossipOptions
+	// GossipOnly runs only the gossip member and its writer
+	// (--gossip-only): no BIRD, no peer set; the BIRD options are ignored.
+	GossipOnly bool
+
 	// Clock is injected for tests; nil means the real clock.
 	Clock clock.WithTicker
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// Control replaces the BIRD client built from Socket and Birdc (tests).
 	Control Control
+}
+
+// GossipOptions configure the gossip member (--gossip-*).
+type GossipOptions struct {
+	// KeyFile holds the cluster's shared gossip key (--gossip-key-file);
+	// empty turns gossip off.
+	KeyFile string
+	// BindAddress is the address to gossip on (--gossip-bind-address);
+	// unset means --address, else the node's BGP address as the agent
+	// reads it from its Node.
+	BindAddress netip.Addr
+	// Port is the UDP and TCP port (--gossip-port); zero means
+	// gossip.DefaultPort.
+	Port int
+	// Join lists host:port or DNS names to join through (--gossip-join).
+	Join []string
+	// Watchers is k (--gossip-watchers); zero means
+	// liveness.DefaultWatchers. It must match the controller's.
+	Watchers int
+	// ProbeInterval (--gossip-probe-interval); zero means
+	// gossip.DefaultProbeInterval. Probes time out in half of it.
+	ProbeInterval time.Duration
+	// Reports writes the gossip read into this node's PeeringReport; nil
+	// writes none (tests).
+	Reports gossip.Writer
+}
+
+// gossipOn says whether this agent gossips.
+func (o Options) gossipOn() bool { return o.Gossip.KeyFile != "" }
+
+// gossipConfig is the member's configuration on addr.
+func (o Options) gossipConfig(addr netip.Addr, key []byte) gossip.Config {
+	return gossip.Config{
+		NodeName:         o.NodeName,
+		BindAddr:         addr,
+		BindPort:         o.Gossip.Port,
+		Key:              key,
+		Join:             o.Gossip.Join,
+		Watchers:         o.Gossip.Watchers,
+		ReportInterval:   o.ReportInterval,
+		ProbeInterval:    o.Gossip.ProbeInterval,
+		ProbeTimeout:     o.Gossip.ProbeInterval / 2,
+		RetryInterval:    o.RetryInterval,
+		MaxRetryInterval: o.MaxRetryInterval,
+		Writer:           o.Gossip.Reports,
+		Logger:           o.Logger,
+	}
+}
+
+// validateGossip checks the gossip flags: with --gossip-key-file, the key
+// and everything the member needs; without it, that no other gossip flag
+// asks for a gossip that will not run.
+func (o Options) validateGossip() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !o.gossipOn() {
+		switch {
+		case o.GossipOnly:
+			add("--gossip-only needs --gossip-key-file: an agent without the cluster's gossip key cannot take part in the gossip")
+		case len(o.Gossip.Join) > 0 || o.Gossip.BindAddress.IsValid():
+			add("--gossip-join and --gossip-bind-address need --gossip-key-file: without the key the agent does not gossip")
+		}
+		return errors.Join(errs...)
+	}
+	if o.RejoinOnly {
+		add("--gossip-key-file with --rejoin-only: the rejoiner does not gossip; run the gossip in its own agent with --gossip-only")
+	}
+	if o.Once {
+		add("--gossip-key-file with --once: --once applies the peer set once for BIRD's start and exits; gossip in the agent that keeps running")
+	}
+	if o.Gossip.ProbeInterval < 0 {
+		add("--gossip-probe-interval %v: must not be negative", o.Gossip.ProbeInterval)
+	}
+	key, err := gossip.LoadKey(o.Gossip.KeyFile)
+	if err != nil {
+		errs = append(errs, err)
+		key = make([]byte, 32) // check the rest all the same
+	}
+	// The address may come from the Node later: check the rest with a
+	// placeholder, as the mesh check does.
+	addr := o.Gossip.BindAddress
+	if !addr.IsValid() {
+		addr = netip.AddrFrom4([4]byte{192, 0, 2, 1})
+	}
+	if err := o.gossipConfig(addr, key).WithDefaults().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // WithDefaults fills zero fields that have defaults.
@@ -173,6 +270,12 @@ func (o Options) WithDefaults() Options {
 		if *d.d == 0 {
 			*d.d = d.v
 		}
+	}
+	if o.Gossip.Port == 0 {
+		o.Gossip.Port = gossip.DefaultPort
+	}
+	if o.Gossip.ProbeInterval == 0 {
+		o.Gossip.ProbeInterval = gossip.DefaultProbeInterval
 	}
 	if o.PeerSet.Name == "" {
 		o.PeerSet.Name = peering.DefaultPeerSetName
@@ -204,8 +307,13 @@ func (o Options) Validate() error {
 // ValidateFlags checks everything but the client: the command line checks
 // it before it connects anywhere.
 func (o Options) ValidateFlags() error {
-	if o.RejoinOnly {
-		return o.validateRejoinOnly()
+	gossipErr := o.validateGossip()
+	switch {
+	case o.RejoinOnly:
+		return errors.Join(o.validateRejoinOnly(), gossipErr)
+	case o.GossipOnly:
+		// Only the gossip runs: the BIRD flags are not read.
+		return gossipErr
 	}
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -270,7 +378,7 @@ func (o Options) ValidateFlags() error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, gossipErr)...)
 }
 
 // meshBase is the mesh configuration without peers.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,9 +23,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"rebound/internal/agent"
+	"rebound/internal/agent/gossip"
 	"rebound/internal/cli"
 	"rebound/internal/logging"
 	"rebound/internal/metricsserving"
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -42,6 +45,7 @@ func NewCommand() *cobra.Command {
 		healthAddr string
 		metrics    metricsserving.Config
 		peerSet    string
+		gossipBind string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -94,6 +98,26 @@ controller would. Its credential may do exactly that to its own node and
 nothing else (a ValidatingAdmissionPolicy on the node name bound into its
 token): it can put its own node back, never take a node out.
 
+Gossip (--gossip-key-file): the agents also form a SWIM membership among
+themselves (hashicorp/memberlist, as MetalLB's speakers do) on
+--gossip-bind-address:--gossip-port, UDP and TCP. Each agent watches the
+--gossip-watchers members that precede it on a hash ring of the members, and
+writes what its OWN direct probes say of them (Alive or Dead) into its
+PeeringReport's gossip field, under its own field manager: on a change, and
+every --report-interval. It votes Dead only when memberlist has declared the
+member dead AND its own probes go unanswered too: a death relayed by another
+member is never a vote. The controller counts a death when a quorum of a
+node's watchers say Dead, none says Alive, and the node's Lease is stale.
+Every message is encrypted and authenticated with the key in --gossip-key-file
+(16, 24 or 32 bytes, raw or base64): an agent without it cannot join, nor
+speak of anyone. --gossip-watchers must match the controller's
+evidence.watchers. MetalLB's speakers default to port 7946 too: where both run
+on the host network, give one of them another port.
+
+--gossip-only runs only the gossip member and its writer: no BIRD, no peer
+set, and none of the BIRD flags is needed (a Calico cluster, or BIRD run by
+something else).
+
 Probes on --health-addr (plain HTTP, for the kubelet):
   /readyz  ready when every peer IN THE SET is Established, or the agent has
            been up for --ready-after; peers outside the set never hold it back
@@ -105,6 +129,18 @@ rebound-metrics-reader), as the controller's; the agent's credential checks
 them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 		Example: `  # Calico: put this node back into the set when it is Ready (deploy/calico)
   rebound agent --rejoin-only --node-name=$NODE_NAME
+
+  # Gossip only, joining through the agents' headless Service; the key from a Secret
+  #   kubectl -n rebound-system create secret generic rebound-gossip-key \
+  #     --from-literal=key="$(openssl rand -base64 32)"
+  rebound agent --gossip-only --node-name=$NODE_NAME \
+    --gossip-key-file /etc/rebound/gossip/key \
+    --gossip-join rebound-agent-gossip.rebound-system.svc.cluster.local:7946
+
+  # BIRD and gossip in one agent, on the node's BGP address
+  rebound agent --node-name=$NODE_NAME --as 64512 \
+    --bird-socket /run/bird/bird.ctl --mesh-file /etc/bird/rebound/mesh.conf \
+    --gossip-key-file /etc/rebound/gossip/key --gossip-join 10.0.0.11,10.0.0.12:7946
 
   # BIRD 1.6 on the host (deploy/agent)
   rebound agent --node-name=$NODE_NAME --as 64512 \
@@ -131,6 +167,13 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 				}
 				opts.Address = a
 			}
+			if gossipBind != "" {
+				a, err := netip.ParseAddr(gossipBind)
+				if err != nil {
+					return fmt.Errorf("--gossip-bind-address %q: want an IP address, this node's own: %w", gossipBind, err)
+				}
+				opts.Gossip.BindAddress = a
+			}
 			logger, _, err := logFlags.Setup(cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -152,6 +195,7 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 				return err
 			}
 			opts.Reports = agent.APIReportWriter{Client: dyn}
+			opts.Gossip.Reports = gossip.APIWriter{Client: dyn, Node: opts.NodeName}
 			ns, name, ok := strings.Cut(peerSet, "/")
 			if !ok || ns == "" || name == "" {
 				return fmt.Errorf("--peer-set %q: want NAMESPACE/NAME, e.g. %s/%s", peerSet, peering.DefaultPeerSetNamespace, peering.DefaultPeerSetName)
@@ -163,7 +207,7 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 			}
 			var ms metricsserver.Server
 			if !opts.Once && !opts.RejoinOnly {
-				if ms, err = metricsServer(metrics, cfg, a); err != nil {
+				if ms, err = metricsServer(metrics, cfg, a, opts); err != nil {
 					return err
 				}
 			}
@@ -200,6 +244,13 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 	f.DurationVar(&opts.StatusInterval, "status-interval", agent.DefaultStatusInterval, "how often to read BIRD's sessions (show protocols)")
 	f.DurationVar(&opts.ReportInterval, "report-interval", agent.DefaultReportInterval, "refresh the session report at least this often; keep it well below the controller's --peering-report-max-age")
 	f.DurationVar(&opts.ReadyAfter, "ready-after", agent.DefaultReadyAfter, "report ready after this long up even if peers in the set are not Established")
+	f.StringVar(&opts.Gossip.KeyFile, "gossip-key-file", "", "enable gossip: the file holding the cluster's shared gossip key, 16, 24 or 32 bytes, raw or base64 (openssl rand -base64 32); every agent needs the same one")
+	f.StringVar(&gossipBind, "gossip-bind-address", "", "address to gossip on, this node's own (the other agents dial it); default: --address, else the node's BGP address as for BIRD")
+	f.IntVar(&opts.Gossip.Port, "gossip-port", gossip.DefaultPort, "gossip UDP and TCP port, the same on every agent (MetalLB's speakers default to 7946 too)")
+	f.StringSliceVar(&opts.Gossip.Join, "gossip-join", nil, "comma-separated members to join through: host:port, or host for --gossip-port; a DNS name, such as the agents' headless Service, stands for the addresses it resolves to, a few of which are tried at random. Retried with backoff until another member answers, and again whenever this one is left alone")
+	f.IntVar(&opts.Gossip.Watchers, "gossip-watchers", liveness.DefaultWatchers, "how many agents watch each member, and so may vote on its death: must match the controller's evidence.watchers, 2.."+strconv.Itoa(liveness.MaxWatchers))
+	f.DurationVar(&opts.Gossip.ProbeInterval, "gossip-probe-interval", gossip.DefaultProbeInterval, "how often each member probes another; a probe times out in half of it. A dead member is voted dead 7 to 12 intervals after its death (3.5 to 6 s at 500ms, measured with 5 to 200 members); raise it only where round trips between nodes approach 100 ms")
+	f.BoolVar(&opts.GossipOnly, "gossip-only", false, "no BIRD: run only the gossip member and its writer (needs --gossip-key-file); the BIRD flags are ignored")
 	f.StringVar(&healthAddr, "health-addr", ":9810", "address of /readyz and /healthz (plain HTTP, for the kubelet); empty disables them")
 	metricsserving.AddFlags(f, &metrics, ":9811")
 	return cmd
@@ -209,12 +260,19 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 // process's, which controller-runtime's registry carries) the way the
 // controller serves its own; nil when --metrics-bind-address is 0. The
 // registry is the process's: one agent per process.
-func metricsServer(c metricsserving.Config, cfg *rest.Config, a *agent.Agent) (metricsserver.Server, error) {
+func metricsServer(c metricsserving.Config, cfg *rest.Config, a *agent.Agent, opts agent.Options) (metricsserver.Server, error) {
 	if !c.Enabled() {
 		return nil, nil
 	}
-	if err := crmetrics.Registry.Register(a.Collector()); err != nil {
-		return nil, fmt.Errorf("registering the agent's metrics: %w", err)
+	if !opts.GossipOnly {
+		if err := crmetrics.Registry.Register(a.Collector()); err != nil {
+			return nil, fmt.Errorf("registering the agent's metrics: %w", err)
+		}
+	}
+	if opts.Gossip.KeyFile != "" {
+		if err := crmetrics.Registry.Register(a.GossipCollector()); err != nil {
+			return nil, fmt.Errorf("registering the agent's gossip metrics: %w", err)
+		}
 	}
 	ms, err := c.NewServer(cfg)
 	if err != nil {

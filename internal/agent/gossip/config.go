@@ -1,0 +1,241 @@
+package gossip
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"rebound/pkg/liveness"
+)
+
+// Defaults of Config. The probe timings are for a LAN, where a round trip
+// takes well under a millisecond: a dead member is suspected within about
+// two probe intervals and declared dead a suspicion timeout later (see
+// memberlistConfig), seconds after its death rather than the tens of
+// seconds of memberlist's own LAN profile.
+const (
+	// DefaultPort is memberlist's usual port. MetalLB's speakers default
+	// to it too: on a node that runs both, give one of them another.
+	DefaultPort           = 7946
+	DefaultProbeInterval  = 500 * time.Millisecond
+	DefaultProbeTimeout   = 250 * time.Millisecond
+	DefaultGossipInterval = 200 * time.Millisecond
+	// DefaultReportInterval: the controller drops gossip reads older than
+	// its report max age (three minutes by default), so one lost write
+	// does not silence a watcher.
+	DefaultReportInterval = time.Minute
+	// DefaultDeadRetention is how long a dead member stays on this
+	// agent's ring. While it is there its watchers keep watching it, so
+	// the controller hears the same watchers it computes; past it, a node
+	// that never came back no longer takes a seat on the ring.
+	DefaultDeadRetention = 10 * time.Minute
+	// DefaultProbeAttempts is how many direct probes must all go
+	// unanswered before this agent calls a member dead: one lost UDP
+	// packet must not make a vote.
+	DefaultProbeAttempts    = 3
+	DefaultRetryInterval    = time.Second
+	DefaultMaxRetryInterval = 30 * time.Second
+)
+
+// Config configures a Member. Validate names bad fields by the agent's
+// flags, which set them.
+type Config struct {
+	// NodeName is this member's name: the Kubernetes node name, the name
+	// the controller's ring and the other agents' reports use.
+	NodeName string
+	// BindAddr is the address memberlist binds and advertises: the
+	// node's own, which the other members dial.
+	BindAddr netip.Addr
+	// BindPort is the UDP and TCP port; zero means DefaultPort.
+	BindPort int
+	// Key is the cluster's shared AES key, 16, 24 or 32 bytes. Every
+	// message is encrypted and every incoming one must decrypt with it,
+	// so that an agent without the key can neither join nor speak of a
+	// member (LoadKey reads it from the agent's --gossip-key-file).
+	Key []byte
+	// Join lists members to join through: host:port, or host alone for
+	// BindPort; a DNS name (a headless Service of the agents) stands for
+	// every address it resolves to.
+	Join []string
+	// Watchers is k, how many members watch each member; zero means
+	// liveness.DefaultWatchers. It must match the controller's.
+	Watchers int
+	// ReportInterval is the longest time between two writes of the gossip
+	// read when nothing changes; zero means DefaultReportInterval.
+	ReportInterval time.Duration
+	// ProbeInterval and ProbeTimeout tune memberlist's failure detector
+	// and this agent's own direct probes; GossipInterval how often state
+	// changes are relayed. Zero means the defaults above.
+	ProbeInterval  time.Duration
+	ProbeTimeout   time.Duration
+	GossipInterval time.Duration
+	// DeadRetention: zero means DefaultDeadRetention.
+	DeadRetention time.Duration
+	// RetryInterval is the first wait after a failed join or write,
+	// doubled up to MaxRetryInterval.
+	RetryInterval    time.Duration
+	MaxRetryInterval time.Duration
+	// Writer writes the gossip read; nil writes none.
+	Writer Writer
+	// Logger; nil means slog.Default(). memberlist's own lines go to it
+	// too, with component=memberlist.
+	Logger *slog.Logger
+
+	// anyPort binds a free port instead of BindPort: tests and MeasureLoad
+	// run many members on one machine, beside anything else running there.
+	anyPort bool
+}
+
+// WithDefaults fills the zero fields that have defaults.
+func (c Config) WithDefaults() Config {
+	if c.BindPort == 0 {
+		c.BindPort = DefaultPort
+	}
+	if c.Watchers == 0 {
+		c.Watchers = liveness.DefaultWatchers
+	}
+	for _, d := range []struct {
+		d *time.Duration
+		v time.Duration
+	}{
+		{&c.ReportInterval, DefaultReportInterval},
+		{&c.ProbeInterval, DefaultProbeInterval},
+		{&c.ProbeTimeout, DefaultProbeTimeout},
+		{&c.GossipInterval, DefaultGossipInterval},
+		{&c.DeadRetention, DefaultDeadRetention},
+		{&c.RetryInterval, DefaultRetryInterval},
+		{&c.MaxRetryInterval, DefaultMaxRetryInterval},
+	} {
+		if *d.d == 0 {
+			*d.d = d.v
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports every bad field at once, each named by the agent's flag.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.NodeName == "" {
+		add("--node-name: required: the gossip member's name is the node's")
+	}
+	switch {
+	case !c.BindAddr.IsValid():
+		add("--gossip-bind-address: required: this node's address, the one the other agents dial")
+	case c.BindAddr.IsUnspecified():
+		add("--gossip-bind-address %s: want this node's own address: a member advertises the address it binds, and the others dial it", c.BindAddr)
+	}
+	if c.BindPort < 0 || c.BindPort > 65535 {
+		add("--gossip-port %d: want 1..65535 (default %d)", c.BindPort, DefaultPort)
+	}
+	if err := ValidateKey(c.Key); err != nil {
+		add("--gossip-key-file: %v", err)
+	}
+	if len(c.Join) == 0 {
+		add("--gossip-join: required: the agents' headless Service, or host:port of a few members; every agent may list itself too")
+	}
+	for _, j := range c.Join {
+		if err := validateSeed(j); err != nil {
+			add("--gossip-join %q: %v", j, err)
+		}
+	}
+	if err := ValidateWatchers(c.Watchers); err != nil {
+		errs = append(errs, err)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--report-interval", c.ReportInterval}, {"--gossip-probe-interval", c.ProbeInterval},
+		{"--gossip-probe-timeout", c.ProbeTimeout}, {"gossip interval", c.GossipInterval},
+		{"dead retention", c.DeadRetention}, {"--retry-interval", c.RetryInterval}, {"--max-retry-interval", c.MaxRetryInterval},
+	} {
+		if d.v < 0 {
+			add("%s %v: must not be negative", d.flag, d.v)
+		}
+	}
+	if c.ProbeInterval > 0 && c.ProbeTimeout >= c.ProbeInterval {
+		add("--gossip-probe-timeout %v must be below --gossip-probe-interval %v: memberlist waits for indirect probes in the rest of the interval", c.ProbeTimeout, c.ProbeInterval)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateWatchers checks k (--gossip-watchers) as the controller checks
+// its evidence.watchers, which must be the same.
+func ValidateWatchers(k int) error {
+	switch {
+	case k < 0 || k > liveness.MaxWatchers:
+		return fmt.Errorf("--gossip-watchers %d: want 2..%d (default %d), the controller's evidence.watchers", k, liveness.MaxWatchers, liveness.DefaultWatchers)
+	case k == 1:
+		return fmt.Errorf("--gossip-watchers 1: a lone watcher would decide a death alone; want 2..%d (default %d), the controller's evidence.watchers", liveness.MaxWatchers, liveness.DefaultWatchers)
+	}
+	return nil
+}
+
+func validateSeed(s string) error {
+	if s == "" {
+		return errors.New("empty entry")
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		// A bare host (or a bare IPv6 address) means BindPort.
+		if _, perr := netip.ParseAddr(s); perr == nil {
+			return nil
+		}
+		if strings.ContainsAny(s, ":/ ") {
+			return fmt.Errorf("want host:port, host or a DNS name: %v", err)
+		}
+		return nil
+	}
+	if host == "" {
+		return errors.New("want host:port: the host is missing")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q: want 1..65535", port)
+	}
+	return nil
+}
+
+// ValidateKey checks an AES key's length.
+func ValidateKey(key []byte) error {
+	switch len(key) {
+	case 16, 24, 32:
+		return nil
+	case 0:
+		return errors.New("no key: every agent needs the cluster's shared gossip key")
+	}
+	return fmt.Errorf("the key is %d bytes: want an AES key of 16, 24 or 32 bytes", len(key))
+}
+
+// LoadKey reads the gossip key from path (--gossip-key-file): base64 text,
+// as `openssl rand -base64 32` prints it and a Secret made from it holds,
+// or the raw 16, 24 or 32 bytes. Base64 is tried first: a raw random key
+// is practically never valid base64 of a key length.
+func LoadKey(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("--gossip-key-file %s: no such file: mount the gossip key Secret there, or create one with: kubectl create secret generic rebound-gossip-key --from-literal=key=\"$(openssl rand -base64 32)\"", path)
+		}
+		return nil, fmt.Errorf("--gossip-key-file %s: %w", path, err)
+	}
+	if key, err := base64.StdEncoding.DecodeString(string(bytes.TrimSpace(data))); err == nil && ValidateKey(key) == nil {
+		return key, nil
+	}
+	if ValidateKey(data) == nil {
+		return data, nil
+	}
+	return nil, fmt.Errorf("--gossip-key-file %s holds %d bytes, neither base64 of nor raw an AES key of 16, 24 or 32 bytes: make one with openssl rand -base64 32", path, len(data))
+}

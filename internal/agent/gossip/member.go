@@ -1,0 +1,551 @@
+// Package gossip is the agents' gossip plane: each `rebound agent` is a
+// member of a SWIM membership of the cluster's agents (memberlist, the
+// library MetalLB's speakers use), and writes what its OWN direct probes
+// say of the few members it watches into its PeeringReport's gossip field.
+//
+// memberlist finds a dead member within seconds: every member probes one
+// other every probe interval, asks a few others to probe it indirectly
+// when it does not answer, suspects it, and declares it dead when the
+// suspicion is not refuted in time. That verdict is then relayed to all.
+// But relayed state is only hearsay: any member can broadcast any
+// other's death. So an agent votes Dead only for a member it watches
+// (liveness.Watched: the k members before it on the hash ring of the
+// members it has seen), only when the membership has declared it dead,
+// and only after its own direct probes went unanswered too (watch.go).
+// The controller counts a death when a quorum of the member's watchers
+// say Dead, none says Alive, and the node's Lease is stale as well.
+//
+// Each member watches k others, so a death is written by k agents
+// whatever the cluster's size, and nothing is written while nothing
+// changes but a refresh every report interval.
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"rebound/pkg/liveness"
+)
+
+// Member is this agent's member of the gossip. Create it with New (which
+// binds its port), run it with Run.
+type Member struct {
+	cfg       Config
+	log       *slog.Logger
+	ml        *memberlist.Memberlist
+	transport *countingTransport
+	// prober makes the direct probes: ml, but for the tests of the rule.
+	prober prober
+	// recheck is how often a member the membership has dead is probed
+	// again.
+	recheck time.Duration
+
+	kick      chan struct{} // a membership event: look now
+	wantWrite chan struct{} // the read changed: write now
+
+	// mu guards what follows. memberlist calls the event delegate with
+	// its own node lock held, so mu is never held while calling into
+	// memberlist: the two locks are always taken in that order.
+	mu      sync.Mutex
+	t       *tracker
+	watches []liveness.Watch // the current read
+	joined  bool             // another member was reached once
+	running bool
+	beat    time.Time // last loop activity
+	stats   memberStats
+	killed  bool // tests: stopped without leaving, as by SIGKILL
+}
+
+type memberStats struct {
+	probeFailures uint64 // direct probes of this agent that went unanswered
+	departures    uint64 // members the membership declared dead or left
+	writes        uint64
+	writeFailures uint64
+	lastWrite     time.Time
+	lastWriteErr  string
+}
+
+// prober is the direct probe: memberlist's Ping, one UDP ping to the
+// member's address, answered only by a member of that name holding the
+// key.
+type prober interface {
+	Ping(node string, addr net.Addr) (time.Duration, error)
+}
+
+// New checks cfg, binds the gossip port and starts the memberlist
+// member. It joins nobody yet: Run does.
+func New(cfg Config) (*Member, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	m := &Member{
+		cfg:       cfg,
+		log:       cfg.Logger.With("plane", "gossip"),
+		recheck:   4 * cfg.ProbeInterval,
+		kick:      make(chan struct{}, 1),
+		wantWrite: make(chan struct{}, 1),
+		t:         newTracker(cfg.NodeName, cfg.Watchers, cfg.DeadRetention, 4*cfg.ProbeInterval),
+	}
+	stdlog := newStdLogger(m.log)
+	port := cfg.BindPort
+	if cfg.anyPort {
+		port = 0
+	}
+	tr, err := newCountingTransport(cfg.BindAddr.String(), port, stdlog)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: --gossip-bind-address %s --gossip-port %d: %w (is another agent, or MetalLB's speaker, using the port? choose another --gossip-port, the same on every agent)", cfg.BindAddr, port, err)
+	}
+	m.transport = tr
+	mc := memberlistConfig(cfg)
+	mc.Transport = tr
+	mc.BindPort, mc.AdvertisePort = tr.port(), tr.port()
+	mc.Events = (*events)(m)
+	mc.Logger = stdlog
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		_ = tr.Shutdown()
+		return nil, fmt.Errorf("gossip: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr.String(), strconv.Itoa(tr.port())), err)
+	}
+	m.ml, m.prober = ml, ml
+	return m, nil
+}
+
+// memberlistConfig is memberlist's LAN profile tuned for a verdict within
+// seconds, with a per-agent cost that does not grow with the cluster's
+// size (docs of each setting below; MeasureLoad measures both).
+func memberlistConfig(cfg Config) *memberlist.Config {
+	c := memberlist.DefaultLANConfig()
+	c.Name = cfg.NodeName
+	c.BindAddr = cfg.BindAddr.String()
+	c.AdvertiseAddr = cfg.BindAddr.String()
+	c.SecretKey = cfg.Key
+	c.GossipVerifyIncoming, c.GossipVerifyOutgoing = true, true
+	// Every member probes one other per interval: the probe traffic per
+	// agent is a constant, a few hundred bytes a second.
+	c.ProbeInterval = cfg.ProbeInterval
+	c.ProbeTimeout = cfg.ProbeTimeout
+	c.GossipInterval = cfg.GossipInterval
+	// A suspected member is declared dead after SuspicionMult x
+	// log10(members) probe intervals when another member confirms the
+	// suspicion (1.5 s at 10 members, 4.5 s at 1,000), and after at most
+	// SuspicionMaxTimeoutMult times that without confirmation.
+	// memberlist's defaults (4 and 6) give up to 12 s at 10 members; 3 and
+	// 2 keep the worst case at 3 s there and 9 s at 1,000. A false
+	// suspicion stays cheap: the member refutes it when it hears of it,
+	// and no agent votes without its own probes failing too.
+	c.SuspicionMult = 3
+	c.SuspicionMaxTimeoutMult = 2
+	// Push/pull is memberlist's anti-entropy: a full state exchange with
+	// one random member, O(members) bytes each way, that repairs what
+	// gossip lost (a partition that healed). Failure detection does not
+	// need it. memberlist already stretches the interval with the
+	// cluster's size (x2 past 32 members, x3 past 64, ...); at 60 s its
+	// share of an agent's traffic at 300 members stays below the probes'
+	// (MeasureLoad).
+	c.PushPullInterval = 60 * time.Second
+	// Dead members are still gossiped to, so that one falsely declared
+	// dead hears it and refutes, for as long as push/pull would take to
+	// reach it.
+	c.GossipToTheDeadTime = 60 * time.Second
+	// A node recreated with its old name but a new address (a replaced
+	// VM) must be able to take its name back once its old self is dead.
+	c.DeadNodeReclaimTime = 30 * time.Second
+	// Joins and fallback probes over TCP on a LAN: 10 s would only hold a
+	// join behind one unreachable seed.
+	c.TCPTimeout = 3 * time.Second
+	// memberlist compresses every packet with a fresh LZW writer (a 64 KiB
+	// table each): probes and acks do not shrink, and only push/pull
+	// would, by a few bytes a second per agent (6 instead of 10 B/s at 30
+	// members), for 40% more CPU (MeasureLoad).
+	c.EnableCompression = false
+	return c
+}
+
+// events is memberlist's event delegate. memberlist calls it with its node
+// lock held: it only records and wakes the loop.
+type events Member
+
+func nodeAddr(n *memberlist.Node) net.Addr {
+	return &net.UDPAddr{IP: append(net.IP(nil), n.Addr...), Port: int(n.Port)}
+}
+
+func (e *events) NotifyJoin(n *memberlist.Node)   { (*Member)(e).membership(n, true) }
+func (e *events) NotifyUpdate(n *memberlist.Node) { (*Member)(e).membership(n, true) }
+func (e *events) NotifyLeave(n *memberlist.Node)  { (*Member)(e).membership(n, false) }
+
+func (m *Member) membership(n *memberlist.Node, alive bool) {
+	if n.Name == m.cfg.NodeName {
+		return
+	}
+	now := time.Now()
+	m.mu.Lock()
+	if alive {
+		m.t.alive(n.Name, nodeAddr(n), now)
+	} else {
+		m.t.dead(n.Name, now)
+		m.stats.departures++
+	}
+	m.mu.Unlock()
+	poke(m.kick)
+}
+
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Run joins the gossip (retrying with backoff until another member is
+// reached, and again whenever this member finds itself alone), keeps the
+// watch state and writes the read, until ctx ends; then it leaves the
+// gossip and closes the port. It returns nil: nothing after New is fatal.
+func (m *Member) Run(ctx context.Context) error {
+	m.mu.Lock()
+	m.running, m.beat = true, time.Now()
+	m.mu.Unlock()
+	m.log.Info("gossip member starting", "address", net.JoinHostPort(m.cfg.BindAddr.String(), strconv.Itoa(m.transport.port())),
+		"join", m.cfg.Join, "watchers", m.cfg.Watchers, "probeInterval", m.cfg.ProbeInterval, "probeTimeout", m.cfg.ProbeTimeout)
+	var wg sync.WaitGroup
+	wg.Go(func() { m.joinLoop(ctx) })
+	if m.cfg.Writer != nil {
+		wg.Go(func() { m.writeLoop(ctx) })
+	}
+	m.loop(ctx)
+	wg.Wait()
+	m.stop()
+	return nil
+}
+
+// stop leaves the gossip, so that the others need not wait for a
+// suspicion timeout, and closes the port.
+func (m *Member) stop() {
+	m.mu.Lock()
+	killed := m.killed
+	m.running = false
+	m.mu.Unlock()
+	if !killed {
+		if err := m.ml.Leave(2 * m.cfg.ProbeInterval); err != nil {
+			m.log.Debug("gossip leave not confirmed", "error", err)
+		}
+	}
+	_ = m.ml.Shutdown()
+}
+
+// kill stops the member without leaving, as SIGKILL or a power cut would:
+// the others must find out by probing. Tests and MeasureLoad.
+func (m *Member) kill() {
+	m.mu.Lock()
+	m.killed = true
+	m.mu.Unlock()
+	_ = m.ml.Shutdown()
+}
+
+// loop is the watch loop: on each membership event and every probe
+// interval it recomputes the watch list, makes the direct probes due and
+// publishes the read when it changed.
+func (m *Member) loop(ctx context.Context) {
+	tick := time.NewTicker(m.cfg.ProbeInterval)
+	defer tick.Stop()
+	for {
+		m.step(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+func (m *Member) step(ctx context.Context) {
+	now := time.Now()
+	m.mu.Lock()
+	if m.killed {
+		m.mu.Unlock()
+		return
+	}
+	m.t.update(now)
+	targets := m.t.due(now)
+	m.mu.Unlock()
+
+	answered, failures := m.probeAll(ctx, targets)
+
+	now = time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stats.probeFailures += failures
+	for i, p := range targets {
+		if ctx.Err() != nil {
+			break // a probe cut short by shutdown says nothing
+		}
+		switch m.t.probed(p.node, answered[i], now) {
+		case becameDead:
+			m.log.Info("gossip: member dead: the membership declared it dead and this agent's own direct probes went unanswered", "member", p.node, "address", p.addr)
+		case becameAlive:
+			m.log.Info("gossip: member answers this agent's direct probes again", "member", p.node, "address", p.addr)
+		case contested:
+			m.log.Warn("gossip: the membership has a member dead, but it answers this agent's direct probes: no Dead vote", "member", p.node, "address", p.addr)
+		}
+	}
+	m.beat = now
+	if !m.joined && len(m.t.members) > 0 {
+		// Another member reached this one, or this one it: from now on
+		// there is something to report.
+		m.joined = true
+		poke(m.wantWrite)
+	}
+	if w := m.t.report(); !sameWatches(m.watches, w) {
+		m.watches = w
+		poke(m.wantWrite)
+	}
+}
+
+// probeAll probes the targets in parallel; answered[i] is targets[i]'s
+// outcome, failures the unanswered pings. A confirmation is tried
+// DefaultProbeAttempts times, each within a probe timeout, so that one
+// lost packet never makes a vote.
+func (m *Member) probeAll(ctx context.Context, targets []probeTarget) (answered []bool, failures uint64) {
+	answered = make([]bool, len(targets))
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Uint64
+	)
+	for i, p := range targets {
+		wg.Go(func() {
+			attempts := 1
+			if p.confirm {
+				attempts = DefaultProbeAttempts
+			}
+			for range attempts {
+				if ctx.Err() != nil {
+					return
+				}
+				if _, err := m.prober.Ping(p.node, p.addr); err == nil {
+					answered[i] = true
+					return
+				}
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return answered, failed.Load()
+}
+
+// joinLoop joins through the configured seeds until another member is
+// reached, with backoff, and again whenever this member is alone (every
+// other member declared dead: a partition, or the whole cluster
+// restarted): memberlist itself never looks for members it has
+// forgotten.
+func (m *Member) joinLoop(ctx context.Context) {
+	delay := m.cfg.RetryInterval
+	attempts := 0
+	for {
+		wait := m.recheck
+		if m.ml.NumMembers() <= 1 {
+			attempts++
+			n, err := m.join(ctx)
+			switch {
+			case n > 0:
+				m.log.Info("gossip: joined", "members", m.ml.NumMembers(), "attempts", attempts)
+				attempts, delay = 0, m.cfg.RetryInterval
+			default:
+				m.log.Warn("gossip: no other member reached yet, retrying", "join", m.cfg.Join, "attempt", attempts, "retryIn", delay, "error", err)
+				wait = delay
+				delay = min(2*delay, m.cfg.MaxRetryInterval)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// join resolves the seeds and joins through a few of them at a time, in
+// random order, until one answers. memberlist's Join would exchange the
+// full state with every address a name resolves to: with a headless
+// Service of 1,000 agents, a restart of all of them would cost a million
+// exchanges. n is the number of other members reached.
+func (m *Member) join(ctx context.Context) (int, error) {
+	addrs, err := m.resolveSeeds(ctx)
+	if len(addrs) == 0 {
+		if err == nil {
+			err = fmt.Errorf("--gossip-join %v: no address but this member's own", m.cfg.Join)
+		}
+		return 0, err
+	}
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	const batch = 3
+	var lastErr error
+	for i := 0; i < len(addrs) && ctx.Err() == nil; i += batch {
+		if _, err := m.ml.Join(addrs[i:min(i+batch, len(addrs))]); err != nil {
+			lastErr = err
+		}
+		if n := m.ml.NumMembers() - 1; n > 0 {
+			return n, nil
+		}
+	}
+	if lastErr == nil {
+		lastErr = err
+	}
+	return 0, lastErr
+}
+
+// resolveSeeds turns --gossip-join into host:port addresses, this
+// member's own left out.
+func (m *Member) resolveSeeds(ctx context.Context) ([]string, error) {
+	self := net.JoinHostPort(m.cfg.BindAddr.String(), strconv.Itoa(m.transport.port()))
+	var (
+		out     []string
+		lastErr error
+	)
+	seen := map[string]bool{self: true}
+	for _, s := range m.cfg.Join {
+		host, port, err := net.SplitHostPort(s)
+		if err != nil {
+			host, port = s, strconv.Itoa(m.cfg.BindPort)
+		}
+		ips := []string{host}
+		if net.ParseIP(host) == nil {
+			rctx, cancel := context.WithTimeout(ctx, m.cfg.MaxRetryInterval/3)
+			ips, err = net.DefaultResolver.LookupHost(rctx, host)
+			cancel()
+			if err != nil {
+				lastErr = fmt.Errorf("--gossip-join %s: %w", s, err)
+				continue
+			}
+		}
+		for _, ip := range ips {
+			if a := net.JoinHostPort(ip, port); !seen[a] {
+				seen[a] = true
+				out = append(out, a)
+			}
+		}
+	}
+	return out, lastErr
+}
+
+// writeLoop writes the read when its watches changed, and refreshes it
+// every ReportInterval so that the controller sees this watcher is alive.
+// A change of the member count alone is never written: a death would
+// otherwise be written by every agent instead of its k watchers. Nothing
+// is written before another member was reached: a member alone watches
+// nobody, and on the controller's ring it would take a watcher's seat.
+// Failed writes are retried with backoff, always with the latest read.
+func (m *Member) writeLoop(ctx context.Context) {
+	var (
+		last     *liveness.GossipReport
+		failures int
+		retryAt  time.Time
+	)
+	timer := time.NewTimer(m.cfg.ReportInterval)
+	defer timer.Stop()
+	for {
+		m.mu.Lock()
+		joined, watches := m.joined, m.watches
+		m.mu.Unlock()
+		now := time.Now()
+		due := joined && (last == nil || !sameWatches(last.Watches, watches) || now.Sub(last.ObservedAt) >= m.cfg.ReportInterval)
+		if due && !now.Before(retryAt) {
+			g := liveness.GossipReport{ObservedAt: now, Members: m.ml.NumMembers(), Watches: watches}
+			err := m.cfg.Writer.WriteGossip(ctx, g)
+			m.mu.Lock()
+			if err != nil {
+				m.stats.writeFailures++
+				m.stats.lastWriteErr = err.Error()
+			} else {
+				m.stats.writes++
+				m.stats.lastWrite, m.stats.lastWriteErr = now, ""
+			}
+			m.mu.Unlock()
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return
+			case err != nil:
+				delay := min(m.cfg.RetryInterval<<min(failures, 16), m.cfg.MaxRetryInterval)
+				failures++
+				retryAt = time.Now().Add(delay)
+				m.log.Error("gossip: write the gossip read", "error", err, "failures", failures, "retryIn", delay)
+			default:
+				if failures > 0 {
+					m.log.Info("gossip: writing the gossip read again", "failedAttempts", failures)
+				}
+				failures, retryAt, last = 0, time.Time{}, &g
+			}
+		}
+		next := m.cfg.ReportInterval
+		switch {
+		case !retryAt.IsZero():
+			next = time.Until(retryAt)
+		case last != nil:
+			next = time.Until(last.ObservedAt.Add(m.cfg.ReportInterval))
+		}
+		timer.Reset(max(next, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.wantWrite:
+		case <-timer.C:
+		}
+	}
+}
+
+// Report is the current read, as the next write would carry it.
+func (m *Member) Report() liveness.GossipReport {
+	n := m.ml.NumMembers()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return liveness.GossipReport{ObservedAt: time.Now(), Members: n, Watches: m.watches}
+}
+
+// leaves is how many departures the membership announced so far.
+func (m *Member) leaves() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats.departures
+}
+
+// Traffic is the gossip bytes this member sent and received so far.
+func (m *Member) Traffic() TrafficStats { return m.transport.stats() }
+
+// Port is the bound port.
+func (m *Member) Port() int { return m.transport.port() }
+
+// Addr is the bound (and advertised) address and port.
+func (m *Member) Addr() netip.AddrPort {
+	return netip.AddrPortFrom(m.cfg.BindAddr, uint16(m.transport.port()))
+}
+
+// Status is what the probes of a gossip-only agent read.
+type Status struct {
+	// Running: Run is working; Joined: another member was reached once.
+	Running, Joined bool
+	// Members alive in the membership, this one included.
+	Members int
+	// Beat is the watch loop's last activity.
+	Beat time.Time
+	// LastWriteError is why the last write failed, "" after a success.
+	LastWriteError string
+}
+
+// Status reads the member's state.
+func (m *Member) Status() Status {
+	n := m.ml.NumMembers()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Status{Running: m.running, Joined: m.joined, Members: n, Beat: m.beat, LastWriteError: m.stats.lastWriteErr}
+}
