@@ -3,12 +3,16 @@
 //
 //	go run ./cmd/rebound-bench s4 [flags]
 //	go run ./cmd/rebound-bench scale [--nodes 100]
+//	go run ./cmd/rebound-bench detect [--nodes 30,300]
 //
 // s4: BGP recovery of a returning node (seed 003) with and without the
 // health-aware peer set, for several cluster sizes, with real BIRD.
 //
 // scale: the live recovery controller on a large kwok sandbox
 // (internal/scale).
+//
+// detect: two-plane detection (S13) with upstream's default timings, and
+// the gossip's load per agent and detection time by membership size.
 package main
 
 import (
@@ -32,6 +36,8 @@ func main() {
 		err = runS4(ctx, os.Args[2:])
 	case "scale":
 		err = runScale(ctx, os.Args[2:])
+	case "detect":
+		err = runDetect(ctx, os.Args[2:])
 	case "-h", "--help", "help":
 		usage()
 		return
@@ -61,5 +67,10 @@ Benchmarks:
        20 pods each: memory, CPU and API requests at rest, deadline-to-delete
        of 200 stranded critical pods, planning pass. "--nodes 100" runs one
        size in a few minutes. Run "rebound-bench scale -h" for its flags.
+  detect
+       S13 (a node dies outright) with upstream's default timings, without
+       and with two-plane detection: death to verdict, to the endpoint off,
+       to the replacement Ready; then gossip bytes per second per agent and
+       death-to-quorum at 30 and 300 members. Run "rebound-bench detect -h".
 `)
 }

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"rebound/internal/agent/gossip"
+	"rebound/internal/install"
+	"rebound/internal/sandbox"
+	"rebound/internal/scale"
+	"rebound/internal/scenario"
+)
+
+// s13Policy is the TwoPlanes policy the bench's rebound lane runs: the
+// critical stand-in moves the moment its node is dead on both planes.
+const s13Policy = `apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata:
+  name: s13
+spec:
+  critical:
+    namespaces: [kube-system]
+    priorityClassNames: [system-cluster-critical]
+  detection: TwoPlanes
+  maxUnavailableTime: 0s
+  actions: [DeleteAndReplace]
+  fencing:
+    mode: OutOfServiceTaint
+  limits:
+    maxActionsPerMinute: 10
+    maxConcurrent: 5
+`
+
+func runDetect(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("detect", flag.ContinueOnError)
+	var (
+		nodesFlag = fs.String("nodes", "30,300", "gossip memberships to measure (load per agent, detection), comma-separated; 3 to 1000 members each")
+		window    = fs.Duration("window", time.Minute, "how long each membership's steady state is measured")
+		fast      = fs.Bool("fast", false, "play S13 with the tests' short timings (lease 8 s, grace 12 s, tolerations 20 s) instead of upstream's defaults (40 s, 50 s, 300 s)")
+		skipS13   = fs.Bool("skip-s13", false, "measure only the gossip memberships, not S13 on the sandboxes")
+		bin       = fs.String("rebound", "", "the rebound binary to run as the controller and the agents (default: built from this checkout)")
+		keep      = fs.Bool("keep", false, "keep the sandboxes' folders (logs) after the run, and print where")
+	)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: rebound-bench detect [flags]
+
+Two-plane detection (docs/detection.md), measured two ways.
+
+S13 on two 5-node sandboxes at once, with upstream's default timings (the
+kubelet's Lease renewed every 10 s, node grace 50 s, tolerations 300 s):
+node-3, which runs a critical Deployment's only pod and one of a Service's
+two endpoints, dies outright (its Lease stops, its agent is SIGKILLed).
+Without rebound, kube-controller-manager alone; with rebound, `+"`rebound controller --lease-plane --mark-pods-not-ready-early`"+`,
+gossiping agents on every node and a TwoPlanes policy (maxUnavailableTime
+0s). Printed for both lanes, from the death: the verdict, the endpoint off,
+the replacement Ready. About 6 minutes (the lane without rebound waits for
+upstream's 350 s).
+
+Then, for each --nodes size, that many gossip members in this process on
+loopback addresses: the bytes per second each agent sends and receives in
+the steady state, and how long after one member is killed a quorum of its
+watchers has written it dead.
+
+  rebound-bench detect                   # both, with --nodes 30,300
+  rebound-bench detect --skip-s13 --nodes 30,300,1000
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var sizes []int
+	for _, s := range strings.Split(*nodesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 3 || n > 1000 {
+			return fmt.Errorf("--nodes %q: each size must be a number from 3 to 1000", *nodesFlag)
+		}
+		sizes = append(sizes, n)
+	}
+	ctrl.SetLogger(logr.Discard())
+	if !*skipS13 {
+		if err := detectS13(ctx, *bin, *fast, *keep); err != nil {
+			return err
+		}
+	}
+	fmt.Println()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "members\tsent B/s per agent\treceived B/s per agent\tbusiest B/s\tdeath to quorum Dead\tto all watchers\twrites")
+	var results []gossip.LoadResult
+	for _, n := range sizes {
+		fmt.Fprintf(os.Stderr, "detect: %d gossip members on loopback, %s of steady state ...\n", n, *window)
+		r, err := gossip.MeasureLoad(ctx, n, *window)
+		if err != nil {
+			return fmt.Errorf("%d members: %w", n, err)
+		}
+		results = append(results, r)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.1fs\t%.1fs\t%d\n", r.Members, r.SentPerSecond, r.ReceivedPerSecond, r.MaxPerSecond,
+			r.Detection.Seconds(), r.DetectionAll.Seconds(), r.Writes)
+	}
+	tw.Flush()
+	for _, r := range results {
+		fmt.Printf("METRIC gossip_%d_sent_per_agent=%.0f B/s\n", r.Members, r.SentPerSecond)
+		fmt.Printf("METRIC gossip_%d_received_per_agent=%.0f B/s\n", r.Members, r.ReceivedPerSecond)
+		fmt.Printf("METRIC gossip_%d_death_to_quorum=%.1f s\n", r.Members, r.Detection.Seconds())
+		fmt.Printf("METRIC gossip_%d_writes_per_death=%d count\n", r.Members, r.Writes)
+	}
+	fmt.Printf("CONFIG gossip_window=%.0f s\n", window.Seconds())
+	return nil
+}
+
+// detectS13 plays S13 on two sandboxes with the default (or fast) timings.
+func detectS13(ctx context.Context, bin string, fast, keep bool) error {
+	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Progress: os.Stderr})
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "rebound-bench-detect-")
+	if err != nil {
+		return err
+	}
+	if keep {
+		fmt.Fprintf(os.Stderr, "detect: sandboxes in %s (kept)\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	if bin == "" {
+		fmt.Fprintln(os.Stderr, "detect: building rebound ...")
+		if bin, err = scale.BuildRebound(ctx, dir); err != nil {
+			return err
+		}
+	}
+	timings := sandbox.DefaultTimings()
+	if fast {
+		timings = sandbox.FastTimings()
+	}
+	clusters := make([]*sandbox.Cluster, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range clusters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			clusters[i], errs[i] = sandbox.Start(ctx, sandbox.Options{Dir: filepath.Join(dir, fmt.Sprintf("s13-%d", i)), Binaries: bins, Nodes: 5, Timings: timings, Progress: os.Stderr})
+		}()
+	}
+	wg.Wait()
+	defer func() {
+		for _, c := range clusters {
+			if c != nil {
+				_ = c.Stop()
+			}
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	with := clusters[1]
+	cl, err := scale.Install(ctx, with)
+	if err != nil {
+		return err
+	}
+	if err := install.DetectionFor(ctx, cl, "rebound-bench", sandbox.ReboundUser); err != nil {
+		return err
+	}
+	if err := scenario.ApplyManifest(ctx, cl, []byte(s13Policy), "rebound-bench"); err != nil {
+		return err
+	}
+	ctl, err := scale.StartController(with, bin, "rebound-controller", "--lease-plane", "--mark-pods-not-ready-early")
+	if err != nil {
+		return err
+	}
+	defer func() { ctl.Signal(syscall.SIGTERM); ctl.Wait() }()
+	if err := ctl.WaitReady(ctx, time.Minute); err != nil {
+		return err
+	}
+	agents, err := scenario.StartGossipAgents(ctx, with, scenario.GossipAgentOptions{Binary: bin})
+	if err != nil {
+		return err
+	}
+	defer scenario.StopAll(agents)
+
+	fmt.Fprintf(os.Stderr, "detect: S13 on two 5-node sandboxes (Lease renewed every %s, node grace %s, tolerations %ds) ...\n",
+		timings.NodeLeaseDuration/4, timings.NodeMonitorGracePeriod, timings.DefaultTolerationSeconds)
+	p := scenario.Pair{Without: clusters[0], With: with,
+		WithoutTimeline: scenario.NewTimeline(prefixed("[without rebound] ")), WithTimeline: scenario.NewTimeline(prefixed("[with rebound]    "))}
+	res, err := scenario.RunS13Pair(ctx, p, scenario.S13PairOptions{
+		Workload:  scenario.CriticalStandIn("node-3"),
+		Peer:      "node-0",
+		KillAgent: agents["node-3"].Kill,
+	})
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "from node-3's death\twithout rebound\twith rebound")
+	fmt.Fprintf(tw, "verdict\t%.1fs (NotReady)\t%.1fs (taint %s)\n", res.Without.Verdict.Seconds(), res.With.Verdict.Seconds(), scenario.UnreachableTaint)
+	fmt.Fprintf(tw, "endpoint off\t%.1fs\t%.1fs\n", res.Without.EndpointsOff.Seconds(), res.With.EndpointsOff.Seconds())
+	fmt.Fprintf(tw, "replacement Ready\t%.1fs\t%.1fs\n", res.Without.ReplacementReady.Seconds(), res.With.ReplacementReady.Seconds())
+	tw.Flush()
+	for _, l := range res.Lines() {
+		fmt.Println(l)
+	}
+	fmt.Printf("CONFIG s13_node_grace=%.0f s\nCONFIG s13_lease_renew_interval=%.0f s\n", timings.NodeMonitorGracePeriod.Seconds(), (timings.NodeLeaseDuration / 4).Seconds())
+	return nil
+}
+
+// prefixed writes each timeline line to stderr behind p.
+func prefixed(p string) *linePrefixer { return &linePrefixer{prefix: p} }
+
+type linePrefixer struct {
+	mu     sync.Mutex
+	prefix string
+}
+
+func (l *linePrefixer) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if line != "" {
+			fmt.Fprint(os.Stderr, l.prefix+line)
+		}
+	}
+	return len(b), nil
+}
