@@ -64,6 +64,8 @@ type Member struct {
 	beat    time.Time // last loop activity
 	stats   memberStats
 	killed  bool // tests: stopped without leaving, as by SIGKILL
+
+	bg sync.WaitGroup // reconnects in flight
 }
 
 type memberStats struct {
@@ -75,11 +77,12 @@ type memberStats struct {
 	lastWriteErr  string
 }
 
-// prober is the direct probe: memberlist's Ping, one UDP ping to the
-// member's address, answered only by a member of that name holding the
-// key.
+// prober is this agent's direct line to one member: memberlist's Ping,
+// one UDP ping to the member's address, answered only by a member of that
+// name holding the key; and Join, a push/pull state exchange with it.
 type prober interface {
 	Ping(node string, addr net.Addr) (time.Duration, error)
+	Join(addrs []string) (int, error)
 }
 
 // New checks cfg, binds the gossip port and starts the memberlist
@@ -235,6 +238,7 @@ func (m *Member) stop() {
 	killed := m.killed
 	m.running = false
 	m.mu.Unlock()
+	m.bg.Wait()
 	if !killed {
 		if err := m.ml.Leave(2 * m.cfg.ProbeInterval); err != nil {
 			m.log.Debug("gossip leave not confirmed", "error", err)
@@ -283,8 +287,12 @@ func (m *Member) step(ctx context.Context) {
 	answered, failures := m.probeAll(ctx, targets)
 
 	now = time.Now()
+	var reconnect []string
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer func() {
+		m.mu.Unlock()
+		m.reconnect(ctx, reconnect)
+	}()
 	m.stats.probeFailures += failures
 	for i, p := range targets {
 		if ctx.Err() != nil {
@@ -295,8 +303,10 @@ func (m *Member) step(ctx context.Context) {
 			m.log.Info("gossip: member dead: the membership declared it dead and this agent's own direct probes went unanswered", "member", p.node, "address", p.addr)
 		case becameAlive:
 			m.log.Info("gossip: member answers this agent's direct probes again", "member", p.node, "address", p.addr)
+			reconnect = append(reconnect, p.addr.String())
 		case contested:
 			m.log.Warn("gossip: the membership has a member dead, but it answers this agent's direct probes: no Dead vote", "member", p.node, "address", p.addr)
+			reconnect = append(reconnect, p.addr.String())
 		}
 	}
 	m.beat = now
@@ -309,6 +319,25 @@ func (m *Member) step(ctx context.Context) {
 	if w := m.t.report(); !sameWatches(m.watches, w) {
 		m.watches = w
 		poke(m.wantWrite)
+	}
+}
+
+// reconnect exchanges state with members the membership has dead but
+// that answer this agent: memberlist never looks again for a member once
+// it has forgotten it (GossipToTheDeadTime after its death), so after a
+// partition longer than that its two sides would stay apart. A push/pull
+// between the two tells each of them it was declared dead, and each
+// refutes. Once per episode: contested and becameAlive are.
+func (m *Member) reconnect(ctx context.Context, addrs []string) {
+	for _, a := range addrs {
+		m.bg.Go(func() {
+			if ctx.Err() != nil {
+				return
+			}
+			if _, err := m.prober.Join([]string{a}); err != nil {
+				m.log.Debug("gossip: state exchange with a member the membership has dead failed", "address", a, "error", err)
+			}
+		})
 	}
 }
 

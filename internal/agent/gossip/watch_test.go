@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -209,11 +210,20 @@ func TestTrackerNewWatchOfADeadMemberIsUnknownUntilProbed(t *testing.T) {
 	}
 }
 
-// fakeProber answers or not, and counts the attempts.
+// fakeProber answers or not, and counts the attempts and the state
+// exchanges.
 type fakeProber struct {
 	mu       sync.Mutex
 	answer   bool
 	attempts map[string]int
+	joins    []string
+}
+
+func (f *fakeProber) Join(addrs []string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.joins = append(f.joins, addrs...)
+	return len(addrs), nil
 }
 
 func (f *fakeProber) Ping(node string, _ net.Addr) (time.Duration, error) {
@@ -269,6 +279,10 @@ func TestMemberFalseDeathNoVote(t *testing.T) {
 	}
 	if fp.attempts[target] != 3 {
 		t.Errorf("%d direct probes of %s, want one per step while the membership has it dead", fp.attempts[target], target)
+	}
+	m.bg.Wait()
+	if want := []string{fmt.Sprintf("10.0.0.%d:7946", slices.Index(others, target)+2)}; !slices.Equal(fp.joins, want) {
+		t.Errorf("state exchanges %v, want one with the contested member, %v", fp.joins, want)
 	}
 
 	// Now it is silent.
