@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"runtime/debug"
 	"testing"
 	"time"
 
@@ -50,11 +49,6 @@ func TestMeasureLoad30(t *testing.T) {
 //
 //	go test ./internal/agent/gossip -run '^$' -bench GossipLoad -benchtime 1x -gossip.window 3m
 func BenchmarkGossipLoad(b *testing.B) {
-	// Hundreds of members in one process share one heap: the default
-	// pacing collects it so often that its assists starve the members'
-	// probes, which no member on its own node would suffer. Fewer
-	// collections change no byte on the wire.
-	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	for _, n := range []int{30, 300} {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
 			for b.Loop() {
