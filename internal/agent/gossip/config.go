@@ -159,15 +159,18 @@ func (c Config) Validate() error {
 		v    time.Duration
 	}{
 		{"--report-interval", c.ReportInterval}, {"--gossip-probe-interval", c.ProbeInterval},
-		{"--gossip-probe-timeout", c.ProbeTimeout}, {"gossip interval", c.GossipInterval},
+		{"gossip probe timeout", c.ProbeTimeout}, {"gossip interval", c.GossipInterval},
 		{"dead retention", c.DeadRetention}, {"--retry-interval", c.RetryInterval}, {"--max-retry-interval", c.MaxRetryInterval},
 	} {
 		if d.v < 0 {
 			add("%s %v: must not be negative", d.flag, d.v)
 		}
 	}
+	if c.MaxRetryInterval > 0 && c.RetryInterval > c.MaxRetryInterval {
+		add("--retry-interval %v is above --max-retry-interval %v", c.RetryInterval, c.MaxRetryInterval)
+	}
 	if c.ProbeInterval > 0 && c.ProbeTimeout >= c.ProbeInterval {
-		add("--gossip-probe-timeout %v must be below --gossip-probe-interval %v: memberlist waits for indirect probes in the rest of the interval", c.ProbeTimeout, c.ProbeInterval)
+		add("gossip probe timeout %v must be below --gossip-probe-interval %v: memberlist waits for indirect probes in the rest of the interval", c.ProbeTimeout, c.ProbeInterval)
 	}
 	return errors.Join(errs...)
 }

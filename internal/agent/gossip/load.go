@@ -68,9 +68,10 @@ func loadAddr(i int) netip.Addr {
 // bytes per agent per second over d of steady state; and, after one
 // member is killed (shut down without leaving, as by SIGKILL), how long
 // until a quorum of its watchers, and all of them, have written it Dead,
-// and how many writes that took. Push/pull runs every PushPullInterval
-// (scaled up past 32 members): a d shorter than that samples it, a few
-// times longer measures it. It sends nothing beyond 127.0.0.0/8.
+// and how many writes that took. Each member starts a push/pull every
+// minute, and every n/32 minutes past 32 members (antiEntropyInterval): a
+// d shorter than that samples it, a few times longer measures it. It
+// sends nothing beyond 127.0.0.0/8.
 //
 // Every member shares this process's CPU and heap: past about 200
 // members on two cores the members starve each other, suspect each other

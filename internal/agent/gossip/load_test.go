@@ -11,7 +11,7 @@ import (
 )
 
 var loadWindow = flag.Duration("gossip.window", 3*time.Minute,
-	"BenchmarkGossipLoad: how long to measure the steady state; push/pull runs every minute at 30 members and every 5 at 300, so a shorter window samples it")
+	"BenchmarkGossipLoad: how long to measure the steady state; each member starts a push/pull every minute at 30 members and every 9 at 300, so a shorter window samples it")
 
 // TestMeasureLoad30 runs 30 members and checks MeasureLoad's verdicts:
 // detection within seconds, O(k) writes, and a per-agent cost of a few

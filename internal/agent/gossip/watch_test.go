@@ -304,3 +304,21 @@ func (m *Member) Report0() liveness.GossipReport {
 	defer m.mu.Unlock()
 	return liveness.GossipReport{Watches: m.watches}
 }
+
+func TestAntiEntropyIntervalKeepsThePerAgentCostFlat(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want time.Duration
+	}{{1, time.Minute}, {30, time.Minute}, {32, time.Minute}, {64, 2 * time.Minute}, {1000, 31*time.Minute + 15*time.Second}} {
+		if got := antiEntropyInterval(tc.n); got != tc.want {
+			t.Errorf("%d members: %v, want %v", tc.n, got, tc.want)
+		}
+		// The bytes of one exchange grow with n: per second, the same at
+		// every size past the scale.
+		if tc.n >= antiEntropyScale {
+			if perSecond := float64(tc.n) / antiEntropyInterval(tc.n).Seconds(); perSecond < 0.53 || perSecond > 0.54 {
+				t.Errorf("%d members: %.3f member states per second, want 32/60", tc.n, perSecond)
+			}
+		}
+	}
+}
