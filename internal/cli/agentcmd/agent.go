@@ -130,12 +130,13 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 		Example: `  # Calico: put this node back into the set when it is Ready (deploy/calico)
   rebound agent --rejoin-only --node-name=$NODE_NAME
 
-  # Gossip only, joining through the agents' headless Service; the key from a Secret
-  #   kubectl -n rebound-system create secret generic rebound-gossip-key \
+  # Gossip only, joining through the members' headless Service (deploy/gossip,
+  # chart gossip.enabled); the key from a Secret
+  #   kubectl -n rebound-agent create secret generic rebound-gossip-key \
   #     --from-literal=key="$(openssl rand -base64 32)"
   rebound agent --gossip-only --node-name=$NODE_NAME \
     --gossip-key-file /etc/rebound/gossip/key \
-    --gossip-join rebound-agent-gossip.rebound-system.svc.cluster.local:7946
+    --gossip-join rebound-gossip.rebound-agent.svc:7946
 
   # BIRD and gossip in one agent, on the node's BGP address
   rebound agent --node-name=$NODE_NAME --as 64512 \
