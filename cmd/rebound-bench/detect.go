@@ -24,26 +24,6 @@ import (
 	"rebound/internal/scenario"
 )
 
-// s13Policy is the TwoPlanes policy the bench's rebound lane runs: the
-// critical stand-in moves the moment its node is dead on both planes.
-const s13Policy = `apiVersion: rebound.dev/v1alpha1
-kind: RecoveryPolicy
-metadata:
-  name: s13
-spec:
-  critical:
-    namespaces: [kube-system]
-    priorityClassNames: [system-cluster-critical]
-  detection: TwoPlanes
-  maxUnavailableTime: 0s
-  actions: [DeleteAndReplace]
-  fencing:
-    mode: OutOfServiceTaint
-  limits:
-    maxActionsPerMinute: 10
-    maxConcurrent: 5
-`
-
 func runDetect(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("detect", flag.ContinueOnError)
 	var (
@@ -182,7 +162,7 @@ func detectS13(ctx context.Context, bin string, fast, keep bool) error {
 	if err := install.DetectionFor(ctx, cl, "rebound-bench", sandbox.ReboundUser); err != nil {
 		return err
 	}
-	if err := scenario.ApplyManifest(ctx, cl, []byte(s13Policy), "rebound-bench"); err != nil {
+	if err := scenario.ApplyManifest(ctx, cl, []byte(scenario.S13Policy), "rebound-bench"); err != nil {
 		return err
 	}
 	ctl, err := scale.StartController(with, bin, "rebound-controller", "--lease-plane", "--mark-pods-not-ready-early")

@@ -22,25 +22,6 @@ var s13Info = ScenarioInfo{
 	Measure: "from node-3's death to the replacement pod's Ready transition (its lastTransitionTime)",
 }
 
-// s13Policy is the demo's TwoPlanes policy for the critical stand-in.
-const s13Policy = `apiVersion: rebound.dev/v1alpha1
-kind: RecoveryPolicy
-metadata:
-  name: s13
-spec:
-  critical:
-    namespaces: [kube-system]
-    priorityClassNames: [system-cluster-critical]
-  detection: TwoPlanes
-  maxUnavailableTime: 0s
-  actions: [DeleteAndReplace]
-  fencing:
-    mode: OutOfServiceTaint
-  limits:
-    maxActionsPerMinute: 10
-    maxConcurrent: 5
-`
-
 // runS13 plays S13 with the real controller and agents: this binary, run
 // as `rebound controller` and `rebound agent --gossip-only`.
 func runS13(ctx context.Context, env *runEnv) ([]Lane, error) {
@@ -61,7 +42,7 @@ func runS13(ctx context.Context, env *runEnv) ([]Lane, error) {
 	if err := install.DetectionFor(ctx, cl, "rebound-demo", sandbox.ReboundUser); err != nil {
 		return nil, err
 	}
-	if err := scenario.ApplyManifest(ctx, cl, []byte(s13Policy), "rebound-demo"); err != nil {
+	if err := scenario.ApplyManifest(ctx, cl, []byte(scenario.S13Policy), "rebound-demo"); err != nil {
 		return nil, err
 	}
 	ctl, err := scale.StartController(with, bin, "rebound-controller", "--lease-plane", "--mark-pods-not-ready-early")

@@ -33,6 +33,28 @@ import (
 // planes (pkg/unreachable).
 const UnreachableTaint = unreachable.TaintKey
 
+// S13Policy is the RecoveryPolicy of S13's lane with rebound: the critical
+// stand-in moves the moment its node is dead on both planes
+// (detection TwoPlanes, maxUnavailableTime 0s), not at the end of the
+// node grace period.
+const S13Policy = `apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata:
+  name: s13
+spec:
+  critical:
+    namespaces: [kube-system]
+    priorityClassNames: [system-cluster-critical]
+  detection: TwoPlanes
+  maxUnavailableTime: 0s
+  actions: [DeleteAndReplace]
+  fencing:
+    mode: OutOfServiceTaint
+  limits:
+    maxActionsPerMinute: 10
+    maxConcurrent: 5
+`
+
 // S13Service is the Service whose endpoints S13 watches.
 const S13Service = "s13"
 

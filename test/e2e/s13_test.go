@@ -203,7 +203,8 @@ func s13Negative(t *testing.T, a scenario.GossipAgentOptions, fail func(context.
 // (scenario.StartGossipAgents), and returns the agents by node.
 func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a scenario.GossipAgentOptions) map[string]*scenario.GossipAgent {
 	t.Helper()
-	cl := installRebound(ctx, t, c, repoPath("test/e2e/testdata/s13-policy.yaml"))
+	cl := installRebound(ctx, t, c)
+	must(t, scenario.ApplyManifest(ctx, cl, []byte(scenario.S13Policy), "rebound-e2e"))
 	must(t, install.DetectionFor(ctx, cl, "rebound-e2e", sandbox.ReboundUser))
 	startController(t, c, "--lease-plane", "--mark-pods-not-ready-early")
 	a.Binary = reboundBinary
