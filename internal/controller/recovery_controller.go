@@ -147,7 +147,7 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 // watchedObjects are the kinds the recovery controller watches and lists
 // from its cache: everything rescue.Snapshot holds. Node changes re-plan at
 // once, which is how a NoTarget pod is re-checked when a node is uncordoned
-// or becomes Ready. (rbac.go derives the list/watch grants from it.)
+// or becomes Ready. (rbac_test.go derives the list/watch grants from it.)
 func watchedObjects() []client.Object {
 	return []client.Object{
 		&v1alpha1.RecoveryPolicy{},
