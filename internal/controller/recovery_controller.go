@@ -249,25 +249,7 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 // they happen and never returned, so that controller-runtime's
 // exponential backoff cannot postpone the plan's next check.
 func (r *RecoveryReconciler) requeue(plan rescue.Plan, verdictsChange time.Time, acted, failed bool) ctrl.Result {
-	res := ctrl.Result{}
-	next := plan.NextCheck
-	if !verdictsChange.IsZero() && (next.IsZero() || verdictsChange.Before(next)) {
-		next = verdictsChange
-	}
-	if !next.IsZero() {
-		res.RequeueAfter = max(next.Sub(r.clock.Now()), 100*time.Millisecond)
-	}
-	soon := time.Duration(0)
-	switch {
-	case failed:
-		soon = retryAfterError
-	case acted:
-		soon = 2 * time.Second
-	}
-	if soon > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > soon) {
-		res.RequeueAfter = soon
-	}
-	return res
+	return nextPass(r.clock.Now(), plan.NextCheck, verdictsChange, acted, failed)
 }
 
 func (r *RecoveryReconciler) stopSwitchPulled(ctx context.Context) (bool, error) {

@@ -35,3 +35,29 @@ func afterError(log logr.Logger, res ctrl.Result, err error) (ctrl.Result, error
 	log.Error(err, "pass failed; retrying", "after", res.RequeueAfter)
 	return res, nil
 }
+
+// nextPass is both reconcilers' requeue: the earlier of the plan's next
+// check and the moment the liveness verdicts may change with no new
+// event; soon after an action, to see its effect; within retryAfterError
+// after an error.
+func nextPass(now, nextCheck, verdictsChange time.Time, acted, failed bool) ctrl.Result {
+	next := nextCheck
+	if !verdictsChange.IsZero() && (next.IsZero() || verdictsChange.Before(next)) {
+		next = verdictsChange
+	}
+	res := ctrl.Result{}
+	if !next.IsZero() {
+		res.RequeueAfter = max(next.Sub(now), 100*time.Millisecond)
+	}
+	soon := time.Duration(0)
+	switch {
+	case failed:
+		soon = retryAfterError
+	case acted:
+		soon = 2 * time.Second
+	}
+	if soon > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > soon) {
+		res.RequeueAfter = soon
+	}
+	return res
+}

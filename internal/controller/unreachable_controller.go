@@ -380,25 +380,7 @@ func (r *UnreachableReconciler) recent(now time.Time) []unreachable.Mark {
 // after an action, to see its effect; within retryAfterError after an
 // error.
 func (r *UnreachableReconciler) requeue(plan unreachable.Plan, staleAt time.Time, acted, failed bool) ctrl.Result {
-	next := plan.NextCheck
-	if !staleAt.IsZero() && (next.IsZero() || staleAt.Before(next)) {
-		next = staleAt
-	}
-	res := ctrl.Result{}
-	if !next.IsZero() {
-		res.RequeueAfter = max(next.Sub(r.clock.Now()), 100*time.Millisecond)
-	}
-	soon := time.Duration(0)
-	switch {
-	case failed:
-		soon = retryAfterError
-	case acted:
-		soon = 2 * time.Second
-	}
-	if soon > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > soon) {
-		res.RequeueAfter = soon
-	}
-	return res
+	return nextPass(r.clock.Now(), plan.NextCheck, staleAt, acted, failed)
 }
 
 func podRef(a unreachable.Action) string {
