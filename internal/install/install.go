@@ -81,16 +81,8 @@ func ControllerFor(ctx context.Context, cl client.Client, owner, user string) er
 			return err
 		}
 	}
-	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
-	for _, obj := range []client.Object{
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: owner + "-user"}, Subjects: subject,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "rebound-controller"}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: owner + "-user", Namespace: "rebound-system"}, Subjects: subject,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "rebound-leader-election"}},
-	} {
-		if err := cl.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("bind the controller's roles to %s: %w", user, err)
-		}
+	if err := bindToUser(ctx, cl, owner+"-user", user, "rebound-controller", "rebound-system", "rebound-leader-election"); err != nil {
+		return err
 	}
 	return WaitCRDEstablished(ctx, cl, PolicyCRD, 30*time.Second)
 }
@@ -108,16 +100,26 @@ func DetectionFor(ctx context.Context, cl client.Client, owner, user string) err
 			return err
 		}
 	}
-	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
-	for _, obj := range []client.Object{
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: owner + "-detection-user"}, Subjects: subject,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "rebound-controller-detection"}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: owner + "-detection-user", Namespace: "kube-node-lease"}, Subjects: subject,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "rebound-node-leases"}},
-	} {
-		if err := cl.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("bind the detection roles to %s: %w", user, err)
-		}
+	if err := bindToUser(ctx, cl, owner+"-detection-user", user, "rebound-controller-detection", "kube-node-lease", "rebound-node-leases"); err != nil {
+		return err
 	}
 	return WaitCRDEstablished(ctx, cl, PeeringReportCRD, 30*time.Second)
+}
+
+// bindToUser binds clusterRole, and role in namespace, to user under the
+// binding name name: a test's or bench's identity gets exactly the rights
+// the ServiceAccount has in a cluster.
+func bindToUser(ctx context.Context, cl client.Client, name, user, clusterRole, namespace, role string) error {
+	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+	for _, obj := range []client.Object{
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role}},
+	} {
+		if err := cl.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("bind %s and %s/%s to %s: %w", clusterRole, namespace, role, user, err)
+		}
+	}
+	return nil
 }
