@@ -32,7 +32,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
-	"rebound/internal/chartrender"
+	"rebound/internal/testing/chartrender"
 )
 
 const chartDir = "rebound"

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"rebound/internal/chartrender"
+	"rebound/internal/testing/chartrender"
 )
 
 // TestHelmChartControllerPlacement: rebound survives what it rescues. By

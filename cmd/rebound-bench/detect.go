@@ -18,10 +18,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"rebound/internal/agent/gossip"
-	"rebound/internal/install"
-	"rebound/internal/sandbox"
-	"rebound/internal/scale"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/install"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scale"
+	"rebound/internal/lab/scenario"
 )
 
 func runDetect(ctx context.Context, args []string) error {

@@ -9,7 +9,7 @@
 // health-aware peer set, for several cluster sizes, with real BIRD.
 //
 // scale: the live recovery controller on a large kwok sandbox
-// (internal/scale).
+// (internal/lab/scale).
 //
 // detect: two-plane detection (S13) with upstream's default timings, and
 // the gossip's load per agent and detection time by membership size.

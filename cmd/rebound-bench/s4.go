@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"rebound/internal/birdproc"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/birdproc"
+	"rebound/internal/lab/scenario"
 	"rebound/pkg/peering/bird"
 )
 
@@ -26,7 +26,7 @@ func runS4(ctx context.Context, args []string) error {
 		fmt.Fprint(os.Stderr, `Usage: rebound-bench s4 [flags]
 
 Scenario S4 (seed 003) with real BIRD, run by the same code as the e2e tests
-and the demo (internal/scenario.RunS4Return). For each BIRD version, size N
+and the demo (internal/lab/scenario.RunS4Return). For each BIRD version, size N
 and return time T, two labs of N BIRD daemons run at the same time (all
 lanes at once), on loopback addresses (127.x.y.z, free ports, never 179),
 each node announcing a /26 from 198.18.0.0/15 (the benchmarking range), in

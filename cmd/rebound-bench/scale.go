@@ -18,8 +18,8 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"rebound/internal/sandbox"
-	"rebound/internal/scale"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scale"
 )
 
 func runScale(ctx context.Context, args []string) error {

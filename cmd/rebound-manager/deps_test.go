@@ -12,12 +12,12 @@ import (
 // a move of those packages cannot slip one back in.
 var forbidden = []string{
 	"go.etcd.io/etcd/server",
-	"rebound/internal/sandbox",
-	"rebound/internal/demo",
-	"rebound/internal/scenario",
-	"rebound/pkg/peering/bird/birdlab", "rebound/internal/birdlab",
-	"rebound/pkg/peering/bird/birdproc", "rebound/internal/birdproc",
-	"rebound/pkg/peering/bird/birdtest", "rebound/internal/birdtest",
+	"rebound/internal/lab/sandbox",
+	"rebound/internal/lab/demo",
+	"rebound/internal/lab/scenario",
+	"rebound/pkg/peering/bird/birdlab", "rebound/internal/lab/birdlab",
+	"rebound/pkg/peering/bird/birdproc", "rebound/internal/lab/birdproc",
+	"rebound/pkg/peering/bird/birdtest", "rebound/internal/testing/birdtest",
 	"rebound/test/",
 }
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"rebound/internal/demo"
+	"rebound/internal/lab/demo"
 )
 
 func newDemoCommand() *cobra.Command {

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/sandbox"
 	"rebound/pkg/kubestatus"
 )
 

@@ -5,7 +5,7 @@ package monitoring
 import (
 	"testing"
 
-	"rebound/internal/alerttest"
+	"rebound/internal/testing/alerttest"
 )
 
 // TestAlertRules runs alerts_test.yaml with Prometheus's rule evaluation:

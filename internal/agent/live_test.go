@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"rebound/internal/birdlab"
-	"rebound/internal/birdtest"
+	"rebound/internal/lab/birdlab"
+	"rebound/internal/testing/birdtest"
 	"rebound/pkg/peering/bird"
 )
 

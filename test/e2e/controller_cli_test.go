@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/sandbox"
 )
 
 // TestControllerPreflightAsAUser runs the built `rebound controller` the

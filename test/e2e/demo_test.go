@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/demo"
+	"rebound/internal/lab/demo"
 )
 
 // chromiumPath is Debian's chromium; REBOUND_CHROMIUM overrides it.

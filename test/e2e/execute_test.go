@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/sandbox"
 	"rebound/pkg/rescue"
 	"rebound/pkg/rescue/execute"
 )

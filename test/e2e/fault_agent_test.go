@@ -10,10 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"rebound/internal/agent"
-	"rebound/internal/birdlab"
-	"rebound/internal/birdtest"
+	"rebound/internal/lab/birdlab"
+	"rebound/internal/testing/birdtest"
 	"rebound/internal/controller"
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/sandbox"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/sandbox"
 )
 
 // TestFaultAPIServerRestart restarts kube-apiserver right after rebound's

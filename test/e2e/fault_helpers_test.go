@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"rebound/internal/sandbox"
-	"rebound/internal/scale"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scale"
+	"rebound/internal/lab/scenario"
 )
 
 // faultTimings give the control plane room to be restarted: a node is

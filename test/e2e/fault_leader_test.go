@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/sandbox"
 )
 
 // leaseDuration is controller-runtime's default leader-election lease,

@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/api/v1alpha1"
-	"rebound/internal/chartrender"
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/testing/chartrender"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 )
 
 const chartPath = "charts/rebound"

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"rebound/internal/logging"
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 )
 
 var binaries sandbox.Binaries

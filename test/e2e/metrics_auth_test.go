@@ -16,7 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/sandbox"
 )
 
 // TestMetricsRequireAuth: the controller and the node agent, installed

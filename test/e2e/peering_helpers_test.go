@@ -22,10 +22,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"rebound/internal/agent"
-	"rebound/internal/birdlab"
+	"rebound/internal/lab/birdlab"
 	"rebound/internal/controller"
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 	"rebound/pkg/peering"
 )
 

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"rebound/api/v1alpha1"
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/sandbox"
 	"rebound/pkg/policyfile"
 )
 

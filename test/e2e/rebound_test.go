@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/internal/controller"
-	"rebound/internal/install"
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/install"
+	"rebound/internal/lab/sandbox"
 )
 
 // reboundBinary is built once by TestMain: scenario tests run rebound as

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 )
 
 // TestS1ControllerRestartMidRescue kills `rebound controller` (SIGKILL, no

@@ -9,8 +9,8 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 	"rebound/pkg/peering"
 )
 

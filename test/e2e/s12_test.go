@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"rebound/internal/controller"
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/calico"

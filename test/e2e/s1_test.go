@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/api/v1alpha1"
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 )
 
 const defaultPolicyFile = "deploy/policy/default-recoverypolicy.yaml"

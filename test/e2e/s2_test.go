@@ -16,8 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 	"rebound/pkg/etcdsnapshot"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/restore"

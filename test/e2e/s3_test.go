@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 	"rebound/pkg/diagnose"
 )
 

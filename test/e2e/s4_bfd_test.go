@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/birdtest"
-	"rebound/internal/scenario"
+	"rebound/internal/testing/birdtest"
+	"rebound/internal/lab/scenario"
 	"rebound/pkg/peering/bird"
 )
 

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"rebound/internal/controller"
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/sandbox"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/calico"
 )

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"rebound/internal/controller"
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/sandbox"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/calico"
 )

@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/api/v1alpha1"
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 )
 
 // TestS5StatefulPodUntouchedUntilFenced: a StatefulSet pod with a

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"rebound/internal/agent"
-	"rebound/internal/birdlab"
-	"rebound/internal/birdtest"
+	"rebound/internal/lab/birdlab"
+	"rebound/internal/testing/birdtest"
 	"rebound/internal/controller"
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )

@@ -9,9 +9,9 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"rebound/internal/birdtest"
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/testing/birdtest"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 	"rebound/pkg/peering/bird"
 )
 

@@ -16,12 +16,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/api/v1alpha1"
-	"rebound/internal/sandbox"
-	"rebound/internal/scenario"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scenario"
 )
 
 // S7: never worse than upstream. The scenario logic is in
-// internal/scenario/s7.go; these tests start rebound and add the checks.
+// internal/lab/scenario/s7.go; these tests start rebound and add the checks.
 
 // s7PolicyTime is the tests' maxUnavailableTime.
 const s7PolicyTime = 10 * time.Second

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/sandbox"
+	"rebound/internal/lab/sandbox"
 )
 
 // TestSandboxStartFailureNamesComponent: a component that cannot start gives

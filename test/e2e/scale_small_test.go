@@ -8,8 +8,8 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"rebound/internal/sandbox"
-	"rebound/internal/scale"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scale"
 )
 
 // TestScaleSmall runs the measurement of `rebound-bench scale` at 30

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/birdlab"
-	"rebound/internal/birdtest"
+	"rebound/internal/lab/birdlab"
+	"rebound/internal/testing/birdtest"
 	"rebound/pkg/peering/bird"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/birdtest"
+	"rebound/internal/testing/birdtest"
 	"rebound/pkg/peering/bird"
 )
 
