@@ -122,6 +122,17 @@ func BGPConfiguration(meshEnabled bool) *unstructured.Unstructured {
 	return u
 }
 
+// MeshOffPatch is the JSON merge patch of the BGPConfiguration "default"
+// that switches Calico's node-to-node mesh off (step 3 of the migration in
+// docs/peering-calico.md). nodeMeshMaxRestartTime and nodeMeshPassword
+// configure only the mesh, and Calico 3.32's CRDs refuse
+// nodeToNodeMeshEnabled: false while either is set, so the patch clears
+// both in the same write; a null for a field that is not set changes
+// nothing, so the one patch fits every cluster. The same patch works
+// through crd.projectcalico.org/v1, the v3 API server and the native v3
+// CRDs: the field names are the same in both groups.
+const MeshOffPatch = `{"spec":{"nodeToNodeMeshEnabled":false,"nodeMeshMaxRestartTime":null,"nodeMeshPassword":null}}`
+
 // SpecEqual reports whether two objects have the same spec.
 func SpecEqual(a, b *unstructured.Unstructured) bool {
 	as, _, _ := unstructured.NestedMap(a.Object, "spec")

@@ -1,6 +1,8 @@
 package calico
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +51,34 @@ func TestMeshEnabled(t *testing.T) {
 	}
 	if MeshEnabled(BGPConfiguration(false)) || !MeshEnabled(BGPConfiguration(true)) {
 		t.Error("MeshEnabled does not read spec.nodeToNodeMeshEnabled")
+	}
+}
+
+// The BGPPeer carries only the fields rebound owns. Calico's rules
+// forbid asNumber and peerIP beside peerSelector and node beside
+// nodeSelector, and nextHopMode supersedes keepOriginalNextHop (newer
+// Calico refuses the two together), so rebound sets none of them and
+// leaves the next hop to Calico's default.
+func TestBGPPeerSetsOnlyItsOwnFields(t *testing.T) {
+	owned := map[string]bool{"nodeSelector": true, "peerSelector": true, "maxRestartTime": true}
+	for _, o := range []PeerOptions{{}, {MaxRestartTime: 4095 * time.Second}} {
+		for k := range BGPPeer(o).Object["spec"].(map[string]any) {
+			if !owned[k] {
+				t.Errorf("%+v: BGPPeer sets spec.%s", o, k)
+			}
+		}
+	}
+}
+
+func TestMeshOffPatch(t *testing.T) {
+	var p struct {
+		Spec map[string]any `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(MeshOffPatch), &p); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"nodeToNodeMeshEnabled": false, "nodeMeshMaxRestartTime": nil, "nodeMeshPassword": nil}
+	if !reflect.DeepEqual(p.Spec, want) {
+		t.Errorf("MeshOffPatch spec = %v, want %v: the mesh off, and the two mesh-only fields Calico's rules forbid beside it cleared", p.Spec, want)
 	}
 }
