@@ -90,8 +90,10 @@ Flags:
 	res := scenario.RunS4Return(ctx, opts)
 	scenario.WriteS4ReturnTable(os.Stdout, res)
 	fmt.Println()
-	scenario.WriteS4ReturnMetrics(os.Stdout, res)
 	var errs []error
+	if err := scenario.WriteS4ReturnMetrics(os.Stdout, res); err != nil {
+		errs = append(errs, err)
+	}
 	for _, l := range res {
 		if l.Err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", l.Name(), l.Err))

@@ -45,7 +45,9 @@ func TestS4Return(t *testing.T) {
 	}
 	lanes := scenario.RunS4Return(ctx, opts)
 	scenario.WriteS4ReturnTable(os.Stdout, lanes)
-	scenario.WriteS4ReturnMetrics(os.Stdout, lanes)
+	if err := scenario.WriteS4ReturnMetrics(os.Stdout, lanes); err != nil {
+		t.Error(err)
+	}
 	for _, l := range lanes {
 		if why := s4ReturnProblem(l); why != "" {
 			t.Errorf("%s: %s", l.Name(), why)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"rebound/internal/lab/birdproc"
+	"rebound/internal/lab/report"
 	"rebound/pkg/peering/bird"
 )
 
@@ -151,19 +152,21 @@ func laneCell(l S4Lane) string {
 }
 
 // WriteS4ReturnMetrics prints a METRIC line per recovered lane (measured:
-// B's BIRD start to both directions' routes) and a CONFIG line per lane
-// that did not recover within its cap.
-func WriteS4ReturnMetrics(w io.Writer, lanes []S4Lane) {
+// B's BIRD start to both directions' routes), and a count of 0 and a
+// CONFIG line with the cap per lane that did not recover within it.
+func WriteS4ReturnMetrics(out io.Writer, lanes []S4Lane) error {
+	w := report.NewWriter(out)
 	for _, l := range lanes {
 		switch {
 		case l.Err != nil:
 		case l.Result.Recovered:
-			fmt.Fprintf(w, "METRIC %s=%.1f s\n", l.Name(), l.Result.Recovery().Seconds())
+			w.Metric(l.Name(), l.Result.Recovery().Seconds(), "s")
 		default:
-			fmt.Fprintf(w, "METRIC %s_recovered=0\n", l.Name())
-			fmt.Fprintf(w, "CONFIG %s_observed=%.0f s\n", l.Name(), l.Result.Cap.Seconds())
+			w.Count(l.Name()+"_recovered", 0)
+			w.Config(l.Name()+"_observed", l.Result.Cap.Seconds(), "s")
 		}
 	}
+	return w.Err()
 }
 
 // prefixWriter writes each line with a prefix, one whole line at a time.
