@@ -27,10 +27,6 @@ import (
 	"rebound/pkg/zone"
 )
 
-// calicoCRDs are Calico v3.32.1's own BGPPeer and BGPConfiguration CRDs,
-// both API groups, unmodified.
-const calicoCRDs = "/work/shared/calico/v3.32.1"
-
 var bgpConfigsV3 = bgpPeersV3.GroupVersion().WithResource("bgpconfigurations")
 
 // TestS12ControllerDown: the Calico contract fails open. On Calico's real
@@ -52,9 +48,10 @@ var bgpConfigsV3 = bgpPeersV3.GroupVersion().WithResource("bgpconfigurations")
 // labelled in.
 func TestS12ControllerDown(t *testing.T) {
 	t.Parallel()
+	crds := requirePublishedCalicoCRDs(t)
 	c := startSandbox(t, 3, sandbox.FastTimings())
 	ctx := testContext(t, 5*time.Minute)
-	installCRDs(ctx, t, c, calicoCRDs)
+	installCRDs(ctx, t, c, crds)
 	dyn, err := dynamic.NewForConfig(c.Config)
 	must(t, err)
 	mesh := &unstructured.Unstructured{Object: map[string]any{

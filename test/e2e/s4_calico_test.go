@@ -31,7 +31,8 @@ var (
 )
 
 // TestS4CalicoBackend runs the Calico backend against the sandbox's
-// apiserver with Calico's CRDs (test/e2e/testdata/calico): the controller
+// apiserver with Calico's crd.projectcalico.org/v1 CRDs (Calico's own,
+// installCalicoCRDs): the controller
 // publishes the BGPPeer that meshes the set, keeps the in-set label
 // current as a node dies and returns, and the migration of
 // docs/peering-calico.md (mesh off, then back on) goes through the API.
@@ -150,7 +151,11 @@ func TestS4CalicoBackend(t *testing.T) {
 
 func setMesh(ctx context.Context, t *testing.T, dyn dynamic.Interface, on bool) {
 	t.Helper()
-	patch := fmt.Sprintf(`{"spec":{"nodeToNodeMeshEnabled":%t}}`, on)
+	// Off is the migration's patch as documented, on the way back's.
+	patch := calico.MeshOffPatch
+	if on {
+		patch = `{"spec":{"nodeToNodeMeshEnabled":true}}`
+	}
 	got, err := dyn.Resource(bgpConfigs).Patch(ctx, calico.DefaultBGPConfigurationName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -160,24 +165,57 @@ func setMesh(ctx context.Context, t *testing.T, dyn dynamic.Interface, on bool) 
 	}
 }
 
-// installCalicoCRDs creates the CRDs of testdata/calico and waits until
-// the apiserver serves them.
+// installCalicoCRDs creates Calico's crd.projectcalico.org/v1 BGPPeer and
+// BGPConfiguration CRDs and waits until the apiserver serves them.
 func installCalicoCRDs(ctx context.Context, t *testing.T, c *sandbox.Cluster) {
 	t.Helper()
-	installCRDs(ctx, t, c, filepath.Join("testdata", "calico"))
+	installCalicoGroup(ctx, t, c, calico.Group, "calico")
 }
 
-// installCRDs creates the CRDs of a testdata folder and waits until the
-// apiserver serves them.
+// installCalicoV3CRDs creates Calico's projectcalico.org/v3 CRDs (Calico
+// 3.32's native v3 API) and waits until the apiserver serves them.
+func installCalicoV3CRDs(ctx context.Context, t *testing.T, c *sandbox.Cluster) {
+	t.Helper()
+	installCalicoGroup(ctx, t, c, calico.V3Group, "calico-v3")
+}
+
+// installCalicoGroup installs one API group of Calico's CRDs: Calico
+// v3.32.1's own where the folder is there (publishedCalicoCRDs), else the
+// stand-ins of testdata/<standIn>. The stand-ins stay as a fallback
+// because the tests that use them check the controller (its labels, its
+// BGPPeer, discovery), which runs the same on either; what only Calico's
+// own rules can show is TestCalicoPublishedCRDs's, which skips without
+// the folder.
+func installCalicoGroup(ctx context.Context, t *testing.T, c *sandbox.Cluster, group, standIn string) {
+	t.Helper()
+	dir, ok := publishedCalicoCRDs()
+	if ok {
+		t.Logf("%s: Calico's own CRDs from %s", group, dir)
+		installCRDFiles(ctx, t, c, calicoCRDFiles(t, dir, group)...)
+		return
+	}
+	t.Logf("%s: no Calico CRDs in %s (%s): the stand-ins of testdata/%s, without Calico's validation rules", group, dir, calicoCRDsEnv, standIn)
+	installCRDs(ctx, t, c, filepath.Join("testdata", standIn))
+}
+
+// installCRDs creates the CRDs of a folder and waits until the apiserver
+// serves them.
 func installCRDs(ctx context.Context, t *testing.T, c *sandbox.Cluster, dir string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in %s: %v", dir, err)
+	}
+	installCRDFiles(ctx, t, c, files...)
+}
+
+// installCRDFiles creates the CRDs of the files and waits until the
+// apiserver serves them.
+func installCRDFiles(ctx context.Context, t *testing.T, c *sandbox.Cluster, files ...string) {
 	t.Helper()
 	cs, err := apiextclient.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in %s: %v", dir, err)
 	}
 	for _, f := range files {
 		data, err := os.ReadFile(f)

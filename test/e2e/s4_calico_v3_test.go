@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,7 +29,7 @@ func TestS4CalicoV3API(t *testing.T) {
 	t.Parallel()
 	c := startSandbox(t, 2, sandbox.FastTimings())
 	ctx := testContext(t, 3*time.Minute)
-	installCRDs(ctx, t, c, filepath.Join("testdata", "calico-v3"))
+	installCalicoV3CRDs(ctx, t, c)
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
