@@ -50,7 +50,7 @@ type Agent struct {
 	reportRetryAt  time.Time
 	refused        string // why the current document was refused, logged once
 	// starting: BIRD is not running or in graceful-restart recovery, so
-	// the start rule (StartPeers) picks the peers; see start.go.
+	// the start rule (peering.StartPeers) picks the peers; see start.go.
 	starting bool
 	// rejoiner is the whole agent with RejoinOnly (rejoin.go).
 	rejoiner *Rejoiner
@@ -468,7 +468,7 @@ func (a *Agent) desiredPeers(ctx context.Context) ([]bird.Peer, *peering.PeerSet
 	if !a.starting {
 		return peers, doc, ""
 	}
-	start := StartPeers(a.startView(ctx, doc, peers))
+	start := peering.StartPeers(a.startView(ctx, doc, peers))
 	if len(start) < len(peers) {
 		a.log.Info("BIRD is starting: peers without evidence of life left out until its recovery ends",
 			"start", peerNames(start), "set", peerNames(peers))

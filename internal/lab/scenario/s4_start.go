@@ -17,7 +17,7 @@ import (
 // controller's set (peering.Plan: a dead node turns NotReady
 // NodeMonitorGrace after it died and leaves PruneGrace later; the Lost
 // and Alive evidence from the reports), then the start rule
-// (agent.StartView, agent.StartPeers) and the agent's Syncer, checked by
+// (peering.StartView, peering.StartPeers) and the agent's Syncer, checked by
 // `bird -p`. The e2e tests run the real controller and agents instead
 // (S4Hooks).
 func (r *s4Run) stageStartSet(ctx context.Context) error {
@@ -54,7 +54,7 @@ func (r *s4Run) stageStartSet(ctx context.Context) error {
 			set = append(set, bird.Peer{Name: p.Name, Address: p.Address, Port: p.Port})
 		}
 	}
-	start := agent.StartPeers(agent.StartView(&doc, set, nil))
+	start := peering.StartPeers(peering.StartView(&doc, set, nil))
 	for _, p := range start {
 		r.startPeers = append(r.startPeers, p.Name)
 	}

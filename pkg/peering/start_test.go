@@ -1,4 +1,4 @@
-package agent
+package peering
 
 import (
 	"net/netip"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"rebound/pkg/liveness"
-	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
 
@@ -45,7 +44,7 @@ func TestStartPeersSeed003(t *testing.T) {
 	var reports []liveness.Report
 	dead := map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true}
 	for i := range 10 {
-		name := nodeName(i)
+		name := startNodeName(i)
 		nodes = append(nodes, liveness.Node{Name: name, Ready: true}) // the API has not noticed yet
 		if i != 1 && !dead[i] {
 			r := liveness.Report{Reporter: name, ObservedAt: now.Add(-time.Second)}
@@ -53,11 +52,11 @@ func TestStartPeersSeed003(t *testing.T) {
 				if j == i {
 					continue
 				}
-				state := peering.StateEstablished
+				state := StateEstablished
 				if dead[j] {
 					state = "Active"
 				}
-				r.Sessions = append(r.Sessions, liveness.Session{Peer: nodeName(j), State: state})
+				r.Sessions = append(r.Sessions, liveness.Session{Peer: startNodeName(j), State: state})
 			}
 			reports = append(reports, r)
 		}
@@ -68,7 +67,7 @@ func TestStartPeersSeed003(t *testing.T) {
 		if i == 1 {
 			continue
 		}
-		name := nodeName(i)
+		name := startNodeName(i)
 		peers = append(peers, StartPeer{
 			Peer:        bird.Peer{Name: name, Address: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
 			Ready:       true,
@@ -82,7 +81,7 @@ func TestStartPeersSeed003(t *testing.T) {
 	}
 }
 
-func nodeName(i int) string { return "node-" + string(rune('0'+i)) }
+func startNodeName(i int) string { return "node-" + string(rune('0'+i)) }
 
 func equalStrings(a, b []string) bool { return slices.Equal(a, b) }
 
@@ -90,9 +89,9 @@ func equalStrings(a, b []string) bool { return slices.Equal(a, b) }
 // BIRD's start; in a set that follows node health, a member in its grace
 // without evidence of life is not.
 func TestStartViewFrozenMembers(t *testing.T) {
-	doc := &peering.PeerSet{Frozen: true, FrozenReason: "full disruption", Peers: []peering.PublishedPeer{
-		{Name: "a", Reason: peering.InFrozen},
-		{Name: "b", Reason: peering.InGracePeriod},
+	doc := &PeerSet{Frozen: true, FrozenReason: "full disruption", Peers: []PublishedPeer{
+		{Name: "a", Reason: InFrozen},
+		{Name: "b", Reason: InGracePeriod},
 	}}
 	peers := []bird.Peer{{Name: "a", Address: netip.MustParseAddr("10.0.0.1")}, {Name: "b", Address: netip.MustParseAddr("10.0.0.2")}}
 	if got := peerNames(StartPeers(StartView(doc, peers, nil))); !equalStrings(got, []string{"a", "b"}) {
@@ -102,4 +101,12 @@ func TestStartViewFrozenMembers(t *testing.T) {
 	if got := peerNames(StartPeers(StartView(doc, peers, nil))); len(got) != 0 {
 		t.Errorf("not frozen: start set %v, want none (no evidence of life)", got)
 	}
+}
+
+func peerNames(peers []bird.Peer) []string {
+	names := make([]string, len(peers))
+	for i, p := range peers {
+		names[i] = p.Name
+	}
+	return names
 }
