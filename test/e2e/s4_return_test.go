@@ -18,7 +18,7 @@ import (
 //
 // Without rebound B's configuration lists the dead peers and BIRD waits
 // its whole 240 s `graceful restart wait`, whenever B returns. With
-// rebound, B's agent renders the start set (agent.StartPeers): the dead
+// rebound, B's agent renders the start set (peering.StartPeers): the dead
 // peers are left out whether the API already calls them NotReady (60 s,
 // 300 s) or not yet (10 s: every live member has lost them), so B's BIRD
 // waits only for live peers.

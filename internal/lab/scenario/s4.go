@@ -20,7 +20,7 @@ import (
 // configuration still lists every node, and B waits the whole `graceful
 // restart wait` (240 s) for the dead peers before it announces and
 // programs routes. With rebound, B's agent renders, for BIRD's start, the
-// peers the start rule keeps (agent.StartPeers: the live ones), which
+// peers the start rule keeps (peering.StartPeers: the live ones), which
 // ends the wait as soon as they have converged.
 //
 // RunS4 is the one runner of S4: the demo, `rebound-bench s4` and the e2e
