@@ -114,6 +114,7 @@ require (
 	google.golang.org/api v0.305.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.37.2 // indirect
 	k8s.io/streaming v0.37.2 // indirect
+	oras.land/oras-go/v2 v2.6.2 // indirect
 )
 
 require (

@@ -1,6 +1,6 @@
 // Command rebound-release builds rebound's release artifacts with no
-// container engine: `make build`, `make image`, `make release` and
-// `make sizes` run it (internal/release does the work). See
+// container engine: `make build`, `make image`, `make chart`, `make
+// release` and `make sizes` run it (internal/release does the work). See
 // docs/release.md.
 package main
 
@@ -73,7 +73,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	c.register(root)
-	root.AddCommand(newLDFlagsCommand(&c), newBuildCommand(&c), newImageCommand(&c), newReleaseCommand(&c), newSizesCommand(&c))
+	root.AddCommand(newLDFlagsCommand(&c), newBuildCommand(&c), newImageCommand(&c), newChartCommand(&c), newReleaseCommand(&c), newSizesCommand(&c))
 	return root
 }
 
@@ -186,8 +186,20 @@ func imageText(res release.ImageResult) string {
 	return s
 }
 
+func newChartCommand(c *common) *cobra.Command {
+	return printingCommand(c, "chart", "Package charts/rebound (version and appVersion from the checkout), lint it with Helm's linter, and write it as an OCI artifact in --dist",
+		func(_ context.Context, o release.Options) (any, func() string, error) {
+			res, err := release.Chart(o)
+			return res, func() string { return chartText(res) }, err
+		})
+}
+
+func chartText(res release.ChartResult) string {
+	return fmt.Sprintf("%s\nsha256 %s\n%s\nmanifest %s (tag %s)\n", res.Package, res.SHA256, res.Artifact, res.ManifestDigest, res.Tag)
+}
+
 func newReleaseCommand(c *common) *cobra.Command {
-	return printingCommand(c, "release", "Write dist/: CLI and kubectl-rebound tarballs, the image, SBOMs, the krew manifest, SHA256SUMS",
+	return printingCommand(c, "release", "Write dist/: the Helm chart, CLI and kubectl-rebound tarballs, the image, SBOMs, the krew manifest, SHA256SUMS",
 		func(ctx context.Context, o release.Options) (any, func() string, error) {
 			res, err := release.Release(ctx, o)
 			return res, func() string {
@@ -195,7 +207,7 @@ func newReleaseCommand(c *common) *cobra.Command {
 				for _, f := range res.Files {
 					s += "  " + f + "\n"
 				}
-				return s + imageText(res.Image)
+				return s + chartText(res.Chart) + imageText(res.Image)
 			}, err
 		})
 }

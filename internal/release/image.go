@@ -196,19 +196,24 @@ func WriteLayout(path string, idx v1.ImageIndex, repository, version string) (v1
 	})); err != nil {
 		return v1.Hash{}, err
 	}
+	return digest, tarLayout(dir, path)
+}
+
+// tarLayout writes the OCI layout folder dir as a tar file at path. The
+// layout's own times are the epoch: the archive depends only on what the
+// layout holds.
+func tarLayout(dir, path string) error {
 	entries, err := dirEntries(dir, "")
 	if err != nil {
-		return v1.Hash{}, err
+		return err
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return v1.Hash{}, err
+		return err
 	}
-	// The layout's own times are the epoch: the archive depends only on
-	// the image.
 	if err := writeTar(f, entries, time.Unix(0, 0)); err != nil {
 		f.Close()
-		return v1.Hash{}, err
+		return err
 	}
-	return digest, f.Close()
+	return f.Close()
 }

@@ -26,6 +26,8 @@ var (
 type Options struct {
 	// Root is rebound's module folder (with go.mod and LICENSE).
 	Root string
+	// Chart is the Helm chart's folder (default Root/charts/rebound).
+	Chart string
 	// Dist is the output folder; Release empties it first.
 	Dist  string
 	State State
@@ -144,18 +146,26 @@ type Result struct {
 	Dist  string      `json:"dist"`
 	Files []string    `json:"files"`
 	Image ImageResult `json:"image"`
+	Chart ChartResult `json:"chart"`
 }
 
-// Release writes the whole dist/: for each of CLIPlatforms a tarball of
-// rebound and of kubectl-rebound (each with LICENSE), the image, a
-// CycloneDX SBOM per binary, the krew manifest (validated by krew's own
-// code) and SHA256SUMS over all of it.
+// Release writes the whole dist/: the Helm chart (packaged, linted, and
+// as an OCI artifact), for each of CLIPlatforms a tarball of rebound and
+// of kubectl-rebound (each with LICENSE), the image, a CycloneDX SBOM per
+// binary, the krew manifest (validated by krew's own code) and SHA256SUMS
+// over all of it.
 func Release(ctx context.Context, o Options) (Result, error) {
 	o.defaults()
 	if o.DownloadURL == "" {
 		return Result{}, fmt.Errorf("no download URL for the krew manifest: pass --source or --download-url")
 	}
 	if err := os.RemoveAll(o.Dist); err != nil {
+		return Result{}, err
+	}
+	// The chart first: it takes a second, and a lint error should not
+	// wait for minutes of cross-builds.
+	chart, err := Chart(o)
+	if err != nil {
 		return Result{}, err
 	}
 	buildDir := filepath.Join(o.Dist, ".build")
@@ -229,7 +239,7 @@ func Release(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Dist: o.Dist, Files: files, Image: img}, nil
+	return Result{Dist: o.Dist, Files: files, Image: img, Chart: chart}, nil
 }
 
 // ArchiveName is a tarball's file name: NAME_VERSION_OS_ARCH.tar.gz.
@@ -258,8 +268,12 @@ func fileSHA256(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return sha256Hex(data), nil
+}
+
+func sha256Hex(data []byte) string {
 	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:]), nil
+	return hex.EncodeToString(sum[:])
 }
 
 // writeSums writes dist/SHA256SUMS (sha256sum's format, so `sha256sum -c
