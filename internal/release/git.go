@@ -1,7 +1,8 @@
 // Package release builds rebound's release artifacts without a container
 // engine: stamped static binaries, reproducible OCI images (with
-// go-containerregistry), tarballs, SHA256SUMS, CycloneDX SBOMs and the krew
-// plugin manifest. cmd/rebound-release is its command line; the Makefile's
+// go-containerregistry), tarballs, SHA256SUMS, CycloneDX SBOMs, the Helm
+// chart (packaged and linted with Helm's library, and as an OCI artifact)
+// and the krew plugin manifest. cmd/rebound-release is its command line; the Makefile's
 // build, image, release and sizes targets call it, so the version stamp
 // has one source: State, read from git.
 package release
