@@ -5,7 +5,7 @@ GO ?= go
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: fuzz all build deps test unit e2e vet sandbox demo bench clean image release sizes
+.PHONY: fuzz all build deps test unit e2e vet sandbox demo bench clean image chart release sizes
 
 all: build
 
@@ -24,7 +24,12 @@ build:
 image:
 	$(RELEASE) --source $(SOURCE) image
 
-# dist/: tarballs, image, SBOMs, krew manifest, SHA256SUMS.
+# dist/rebound-CHARTVERSION.tgz (the Helm chart, linted) and
+# dist/rebound-chart_VERSION.oci.tar (the same as an OCI artifact).
+chart:
+	$(RELEASE) chart
+
+# dist/: chart, tarballs, image, SBOMs, krew manifest, SHA256SUMS.
 release:
 	$(RELEASE) --source $(SOURCE) release
 
