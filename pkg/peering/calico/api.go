@@ -10,15 +10,16 @@ import (
 
 // Calico's two Kubernetes APIs for the same resources:
 //
-//   - crd.projectcalico.org/v1: the CRDs of Calico's Kubernetes datastore
-//     up to 3.31, which calico-node reads;
+//   - crd.projectcalico.org/v1: the CRDs of Calico's Kubernetes datastore,
+//     which calico-node reads unless the cluster runs native v3 CRDs;
 //   - projectcalico.org/v3: calicoctl's API, served by the aggregated
-//     calico-apiserver when installed, and from Calico 3.32 on by native
-//     CRDs in that group, which then replace the v1 ones.
+//     calico-apiserver when installed (over the v1 CRDs), or, opt-in from
+//     Calico 3.32 (tech preview), by native CRDs in that group, which are
+//     then the datastore in place of the v1 ones.
 //
 // Where v3 is served it is the one to write: with the aggregated API server
 // it validates and defaults before storing in the v1 CRDs, and with native
-// CRDs it is the only one there.
+// CRDs it is what calico-node reads.
 const (
 	V3Group   = "projectcalico.org"
 	V3Version = "v3"

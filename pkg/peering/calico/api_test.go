@@ -15,7 +15,7 @@ func TestServedBGPPeerAPI(t *testing.T) {
 		want   schema.GroupVersionKind
 	}{
 		{"v1 CRDs only (Calico up to 3.31)", []schema.GroupVersionKind{BGPPeerGVK}, BGPPeerGVK},
-		{"native v3 CRDs only (Calico 3.32)", []schema.GroupVersionKind{BGPPeerV3GVK}, BGPPeerV3GVK},
+		{"native v3 CRDs only (opt-in from Calico 3.32)", []schema.GroupVersionKind{BGPPeerV3GVK}, BGPPeerV3GVK},
 		{"v1 CRDs and the aggregated v3 API", []schema.GroupVersionKind{BGPPeerGVK, BGPPeerV3GVK}, BGPPeerV3GVK},
 		{"no Calico", nil, schema.GroupVersionKind{}},
 	} {

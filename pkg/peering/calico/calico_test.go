@@ -2,6 +2,7 @@ package calico
 
 import (
 	"encoding/json"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -80,5 +81,19 @@ func TestMeshOffPatch(t *testing.T) {
 	want := map[string]any{"nodeToNodeMeshEnabled": false, "nodeMeshMaxRestartTime": nil, "nodeMeshPassword": nil}
 	if !reflect.DeepEqual(p.Spec, want) {
 		t.Errorf("MeshOffPatch spec = %v, want %v: the mesh off, and the two mesh-only fields Calico's rules forbid beside it cleared", p.Spec, want)
+	}
+}
+
+// The migration in docs/peering-calico.md and deploy/calico/mesh-off
+// quote the patch TestCalicoPublishedCRDs applies to Calico's own CRDs.
+func TestMeshOffPatchIsTheDocumentedOne(t *testing.T) {
+	for _, f := range []string{"../../../docs/peering-calico.md", "../../../deploy/calico/mesh-off/bgpconfiguration.yaml"} {
+		doc, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(doc), "'"+MeshOffPatch+"'") {
+			t.Errorf("%s does not quote the mesh-off patch %s", f, MeshOffPatch)
+		}
 	}
 }
