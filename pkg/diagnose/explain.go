@@ -119,9 +119,8 @@ type nodeInfo struct {
 // Explain explains the cluster in s. It is pure: it reads s and x only, and
 // the same input gives the same Report.
 func Explain(s rescue.Snapshot, x Extra) Report {
-	if s.ZoneConfig == (zone.Config{}) {
-		s.ZoneConfig = zone.DefaultConfig()
-	}
+	s.ZoneConfig = s.ZoneConfig.WithDefaults()
+	s.Defaults = s.Defaults.WithDefaults()
 	if x.SessionReportMaxAge <= 0 {
 		x.SessionReportMaxAge = peering.DefaultReportMaxAge
 	}
@@ -130,9 +129,6 @@ func Explain(s rescue.Snapshot, x Extra) Report {
 	}
 	x.Peering = x.Peering.WithDefaults()
 	defaults := s.Defaults
-	if defaults.ReplacementTimeout <= 0 {
-		defaults.ReplacementTimeout = rescue.DefaultReplacementTimeout
-	}
 
 	e := &explainer{s: s, x: x, now: s.Now, plan: rescue.PlanFor(s)}
 	e.index()

@@ -61,9 +61,7 @@ type Options struct {
 // exit code: ExitOK or ExitBlocking with a nil error, or ExitCannotRead
 // with an *Error whose message is one line.
 func Run(ctx context.Context, opts Options) (Report, int, error) {
-	if opts.ZoneConfig == (zone.Config{}) {
-		opts.ZoneConfig = zone.DefaultConfig()
-	}
+	opts.ZoneConfig = opts.ZoneConfig.WithDefaults()
 	if err := opts.ZoneConfig.Validate(); err != nil {
 		return Report{}, ExitCannotRead, &Error{Code: ExitCannotRead, Msg: oneLine(err.Error()), Err: err}
 	}

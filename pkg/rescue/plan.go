@@ -253,12 +253,9 @@ type planner struct {
 // what to do about them. It reads nothing but s and returns the same Plan
 // for the same snapshot.
 func PlanFor(s Snapshot) Plan {
-	p := &planner{snap: &s, now: s.Now, defaults: s.Defaults.withDefaults()}
+	p := &planner{snap: &s, now: s.Now, defaults: s.Defaults.WithDefaults()}
 
-	cfg := s.ZoneConfig
-	if cfg == (zone.Config{}) {
-		cfg = zone.DefaultConfig()
-	}
+	cfg := s.ZoneConfig.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		p.warnings = append(p.warnings, "zone config: "+err.Error())
 	}

@@ -44,7 +44,7 @@ type Snapshot struct {
 	Policies []*v1alpha1.RecoveryPolicy
 	// ZoneConfig is kube-controller-manager's node lifecycle flags as rebound
 	// knows them. The zero value stands for kube-controller-manager's
-	// defaults (zone.DefaultConfig), because a zero config would mean "no
+	// defaults (zone.Config.WithDefaults), because a zero config would mean "no
 	// eviction ever" and silently change every ETA.
 	ZoneConfig zone.Config
 	// PreviousZones is the Zones of the previous plan, if any. Upstream only
@@ -131,7 +131,9 @@ type Defaults struct {
 // DefaultReplacementTimeout is Defaults.ReplacementTimeout when unset.
 const DefaultReplacementTimeout = 60 * time.Second
 
-func (d Defaults) withDefaults() Defaults {
+// WithDefaults returns d with every zero field replaced by its default:
+// the one place the controller, restore and diagnose default them.
+func (d Defaults) WithDefaults() Defaults {
 	if d.ReplacementTimeout <= 0 {
 		d.ReplacementTimeout = DefaultReplacementTimeout
 	}

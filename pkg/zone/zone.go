@@ -280,6 +280,18 @@ func DefaultConfig() Config {
 	}
 }
 
+// WithDefaults returns c, or kube-controller-manager's defaults when c is
+// the zero Config. A zero Config would mean "never evict" and silently
+// change every ETA, so every reader of a Config (the planner, diagnose,
+// restore) treats zero as "not set" through this one function. A Config
+// with some fields set is taken as it is: zero is a valid rate.
+func (c Config) WithDefaults() Config {
+	if c == (Config{}) {
+		return DefaultConfig()
+	}
+	return c
+}
+
 // Validate reports every field the model cannot use, each error naming the
 // kube-controller-manager flag, the Config field and the fix.
 //

@@ -24,9 +24,7 @@ import (
 	"rebound/internal/metricsserving"
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering/calico"
-	"rebound/pkg/rescue"
 	"rebound/pkg/unreachable"
-	"rebound/pkg/zone"
 )
 
 // controllerGCPercent is the controller's GOGC unless the environment sets
@@ -59,7 +57,6 @@ func NewCommand() *cobra.Command {
 		leasePlane    bool
 		markEarly     bool
 	)
-	zc := zone.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Rescue critical pods stranded on NotReady nodes (runs as a Deployment, or locally with a kubeconfig)",
@@ -106,8 +103,7 @@ upstream eviction.`,
 				debug.SetGCPercent(controllerGCPercent)
 			}
 			namespace := kube.Namespace(DefaultNamespace)
-			recOpts.ZoneConfig = zc
-			if err := zc.Validate(); err != nil {
+			if err := recOpts.ZoneConfig.Validate(); err != nil {
 				return err
 			}
 			if markEarly && !leasePlane {
@@ -225,23 +221,15 @@ upstream eviction.`,
 	f.DurationVar(&mgrOpts.SyncPeriod, "sync-period", 10*time.Minute, "how often the caches re-list everything, as a safety net")
 	f.BoolVar(&recOpts.DryRun, "dry-run", false, "plan, log and report every action, but change nothing")
 	f.StringVar(&stopSwitch, "stop-switch", controller.DefaultStopSwitch, "name of a ConfigMap in --namespace whose existence stops all actions cluster-wide (empty disables the switch)")
-	f.DurationVar(&recOpts.Defaults.ReplacementTimeout, "replacement-timeout", rescue.DefaultReplacementTimeout, "how long a deleted pod may wait for its replacement before rebound scale-bounces its Deployment")
-	f.Float64Var(&zc.UnhealthyZoneThreshold, "unhealthy-zone-threshold", zc.UnhealthyZoneThreshold, "kube-controller-manager's --unhealthy-zone-threshold")
-	f.Int32Var(&zc.LargeClusterSizeThreshold, "large-cluster-size-threshold", zc.LargeClusterSizeThreshold, "kube-controller-manager's --large-cluster-size-threshold")
-	f.Float64Var(&zc.EvictionLimiterQPS, "node-eviction-rate", zc.EvictionLimiterQPS, "kube-controller-manager's --node-eviction-rate")
-	f.Float64Var(&zc.SecondaryEvictionLimiterQPS, "secondary-node-eviction-rate", zc.SecondaryEvictionLimiterQPS, "kube-controller-manager's --secondary-node-eviction-rate")
+	cli.AddReplacementTimeoutFlag(f, &recOpts.Defaults)
+	cli.AddZoneFlags(f, &recOpts.ZoneConfig)
 	f.BoolVar(&leasePlane, "lease-plane", false, "watch the nodes' Leases (kube-node-lease) and time their renewals on rebound's clock; with the agents' gossip (rebound agent --gossip-key-file) a node dead on both planes is known about one renew interval after death, before kube-controller-manager's node grace (docs/detection.md)")
 	f.BoolVar(&markEarly, "mark-pods-not-ready-early", false, "with --lease-plane: mark the pods of a node dead on both planes (Lease and gossip) not ready while the API still has it Ready, as kube-controller-manager does once it is NotReady, so that Services stop sending it traffic; a node cut off but alive loses its traffic until its kubelet reports again (docs/detection.md)")
 	f.BoolVar(&noRecovery, "no-recovery", false, "do not run the recovery controller (for a peering-only deployment)")
 	f.BoolVar(&peeringOn, "peering", false, "run the BGP peering controller: publish the health-aware peer set in ConfigMap <namespace>/rebound-peer-set, which each rebound agent reads, and as the node label peering.rebound.dev/in-set (for Calico)")
-	f.DurationVar(&peeringOpts.Config.PruneGracePeriod, "peering-prune-grace-period", 0, "how long a node must be NotReady, with no Established session, before it leaves the mesh (0: 40s)")
-	f.DurationVar(&peeringOpts.Config.FlapWindow, "peering-flap-window", 0, "how long a removal counts for flap damping (0: 10m)")
-	f.DurationVar(&peeringOpts.Config.MaxPruneGracePeriod, "peering-max-prune-grace-period", 0, "cap of the grace period stretched by flap damping (0: 5m)")
+	cli.AddPeeringFlags(f, &peeringOpts.Config)
 	f.BoolVar(&peeringOpts.Config.Disabled, "peering-keep-all", false, "global opt-out: keep every node in the mesh (labels are still published)")
 	f.StringVar(&peeringNodes, "peering-node-selector", "", "label selector of the nodes that run BGP (default: all nodes)")
-	f.DurationVar(&peeringOpts.Config.Evidence.ReportMaxAge, "peering-report-max-age", 0, "ignore agents' PeeringReports older than this (0: 3m)")
-	f.DurationVar(&peeringOpts.Config.Evidence.MaxClockSkew, "peering-max-clock-skew", 0, "ignore agents' PeeringReports (and session times) further in the future than this (0: 30s)")
-	f.Float64Var(&peeringOpts.Config.MaxLeaveShare, "peering-max-leave-share", 0, "freeze the peer set when more than this share of its members would leave at once without a quorum confirming them dead, and let no more than this share of the set an incident began with be out at once (0: 0.5; 1 disables)")
 	f.Uint16Var(&peeringOpts.Config.DefaultBGPPort, "bgp-port", 179, "with --peering: the BGP port published for a node without the peering.rebound.dev/bgp-port annotation whose agent does not report one (rebound agent --listen-port, default 179 too)")
 	f.BoolVar(&calicoOn, "calico", false, "with --peering: also publish a Calico BGPPeer (crd.projectcalico.org) that meshes the nodes of the set; see docs/peering-calico.md for turning Calico's node-to-node mesh off")
 	f.DurationVar(&calicoRestart, "calico-max-restart-time", 0, "with --calico: the BGPPeer's maxRestartTime (BIRD's per-peer graceful restart time; 0 keeps Calico's 120s)")

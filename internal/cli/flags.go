@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"rebound/pkg/peering"
+	"rebound/pkg/rescue"
+	"rebound/pkg/zone"
+)
+
+// AddZoneFlags registers kube-controller-manager's node lifecycle flags
+// that the zone model reads, bound to c. Every command that predicts
+// upstream eviction (controller, diagnose, restore bringup) registers them
+// here, so that a setting has one name and one default everywhere: c's
+// values, or upstream's defaults when c is the zero Config.
+func AddZoneFlags(f *pflag.FlagSet, c *zone.Config) {
+	*c = c.WithDefaults()
+	f.Float64Var(&c.UnhealthyZoneThreshold, "unhealthy-zone-threshold", c.UnhealthyZoneThreshold, "kube-controller-manager's --unhealthy-zone-threshold")
+	f.Int32Var(&c.LargeClusterSizeThreshold, "large-cluster-size-threshold", c.LargeClusterSizeThreshold, "kube-controller-manager's --large-cluster-size-threshold")
+	f.Float64Var(&c.EvictionLimiterQPS, "node-eviction-rate", c.EvictionLimiterQPS, "kube-controller-manager's --node-eviction-rate")
+	f.Float64Var(&c.SecondaryEvictionLimiterQPS, "secondary-node-eviction-rate", c.SecondaryEvictionLimiterQPS, "kube-controller-manager's --secondary-node-eviction-rate")
+}
+
+// AddReplacementTimeoutFlag registers --replacement-timeout, bound to d:
+// the controller acts with it, restore bringup too, and diagnose explains
+// with it.
+func AddReplacementTimeoutFlag(f *pflag.FlagSet, d *rescue.Defaults) {
+	*d = d.WithDefaults()
+	f.DurationVar(&d.ReplacementTimeout, "replacement-timeout", d.ReplacementTimeout, "how long a deleted pod may wait for its replacement before rebound scale-bounces its Deployment (scales it to 0 and back)")
+}
+
+// deprecatedAlias is a flag's former name: hidden, still working, and
+// warning on use with the name to use instead.
+type deprecatedAlias struct{ old, current string }
+
+// peeringAliases are the names diagnose used before the peering settings
+// took the controller's names.
+var peeringAliases = []deprecatedAlias{
+	{old: "prune-grace-period", current: "peering-prune-grace-period"},
+	{old: "session-report-max-age", current: "peering-report-max-age"},
+}
+
+// AddPeeringFlags registers the peering planner's settings, bound to c:
+// the controller plans with them and diagnose explains with them, so both
+// take the same names. Zero fields of c show the planner's defaults,
+// except --peering-max-prune-grace-period, whose default follows the
+// prune grace period.
+func AddPeeringFlags(f *pflag.FlagSet, c *peering.Config) {
+	d := c.WithDefaults()
+	c.PruneGracePeriod, c.FlapWindow, c.MaxLeaveShare = d.PruneGracePeriod, d.FlapWindow, d.MaxLeaveShare
+	c.Evidence.ReportMaxAge, c.Evidence.MaxClockSkew = d.Evidence.ReportMaxAge, d.Evidence.MaxClockSkew
+	// The fields the deprecated aliases set too.
+	durations := map[string]*time.Duration{
+		"peering-prune-grace-period": &c.PruneGracePeriod,
+		"peering-report-max-age":     &c.Evidence.ReportMaxAge,
+	}
+	f.DurationVar(&c.PruneGracePeriod, "peering-prune-grace-period", c.PruneGracePeriod, "how long a node must be NotReady, with no Established session, before it leaves the BGP peer set")
+	f.DurationVar(&c.FlapWindow, "peering-flap-window", c.FlapWindow, "how long a removal from the peer set counts for flap damping")
+	f.DurationVar(&c.MaxPruneGracePeriod, "peering-max-prune-grace-period", c.MaxPruneGracePeriod, "cap of the prune grace period stretched by flap damping (0: "+peering.DefaultMaxPruneGracePeriod.String()+", or the prune grace period if longer)")
+	f.DurationVar(&c.Evidence.ReportMaxAge, "peering-report-max-age", c.Evidence.ReportMaxAge, "ignore agents' PeeringReports (BGP sessions, gossip) older than this")
+	f.DurationVar(&c.Evidence.MaxClockSkew, "peering-max-clock-skew", c.Evidence.MaxClockSkew, "ignore agents' PeeringReports (and session times) further in the future than this")
+	f.Float64Var(&c.MaxLeaveShare, "peering-max-leave-share", c.MaxLeaveShare, "freeze the peer set when more than this share of its members would leave at once without a quorum confirming them dead, and let no more than this share of the set an incident began with be out at once (1 disables)")
+	for _, a := range peeringAliases {
+		p := durations[a.current]
+		f.DurationVar(p, a.old, *p, "deprecated: use --"+a.current)
+		// MarkDeprecated hides the flag from --help and prints the
+		// warning when it is used; the value still lands in the field.
+		if err := f.MarkDeprecated(a.old, "use --"+a.current+" instead"); err != nil {
+			panic(err) // the flag was registered just above
+		}
+	}
+}

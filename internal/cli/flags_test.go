@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"rebound/pkg/peering"
+	"rebound/pkg/zone"
+)
+
+// runPeeringFlags parses args into a fresh command with AddPeeringFlags and
+// returns the config and what the command printed.
+func runPeeringFlags(t *testing.T, args ...string) (peering.Config, string) {
+	t.Helper()
+	var c peering.Config
+	cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }, SilenceUsage: true}
+	AddPeeringFlags(cmd.Flags(), &c)
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return c, out.String()
+}
+
+// TestPeeringFlagAliases: the old diagnose names set the same fields as
+// the controller's names, warn on use, and are hidden from --help.
+func TestPeeringFlagAliases(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		grace    time.Duration
+		maxAge   time.Duration
+		warnings []string
+	}{
+		{args: nil, grace: peering.DefaultPruneGracePeriod, maxAge: peering.DefaultReportMaxAge},
+		{args: []string{"--peering-prune-grace-period", "7s", "--peering-report-max-age", "9s"}, grace: 7 * time.Second, maxAge: 9 * time.Second},
+		{
+			args: []string{"--prune-grace-period", "7s", "--session-report-max-age", "9s"}, grace: 7 * time.Second, maxAge: 9 * time.Second,
+			warnings: []string{
+				"Flag --prune-grace-period has been deprecated, use --peering-prune-grace-period instead",
+				"Flag --session-report-max-age has been deprecated, use --peering-report-max-age instead",
+			},
+		},
+	} {
+		c, out := runPeeringFlags(t, tc.args...)
+		if c.PruneGracePeriod != tc.grace || c.Evidence.ReportMaxAge != tc.maxAge {
+			t.Errorf("%v: prune grace %s, report max age %s; want %s, %s", tc.args, c.PruneGracePeriod, c.Evidence.ReportMaxAge, tc.grace, tc.maxAge)
+		}
+		for _, w := range tc.warnings {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: output %q lacks the warning %q", tc.args, out, w)
+			}
+		}
+		if len(tc.warnings) == 0 && strings.Contains(out, "deprecated") {
+			t.Errorf("%v: unexpected warning %q", tc.args, out)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%v: the flags' config is invalid: %v", tc.args, err)
+		}
+	}
+
+	var c peering.Config
+	cmd := &cobra.Command{Use: "x"}
+	AddPeeringFlags(cmd.Flags(), &c)
+	usage := cmd.Flags().FlagUsages()
+	for _, a := range peeringAliases {
+		if strings.Contains(usage, "--"+a.old+" ") {
+			t.Errorf("--help shows the deprecated --%s", a.old)
+		}
+		if !strings.Contains(usage, "--"+a.current+" ") {
+			t.Errorf("--help lacks --%s", a.current)
+		}
+	}
+}
+
+// TestAddZoneFlags: upstream's defaults when unset, and each flag lands in
+// its field.
+func TestAddZoneFlags(t *testing.T) {
+	var c zone.Config
+	cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+	AddZoneFlags(cmd.Flags(), &c)
+	if c != zone.DefaultConfig() {
+		t.Fatalf("defaults %+v, want %+v", c, zone.DefaultConfig())
+	}
+	cmd.SetArgs([]string{"--unhealthy-zone-threshold", "0.6", "--large-cluster-size-threshold", "10", "--node-eviction-rate", "1", "--secondary-node-eviction-rate", "0.5"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	want := zone.Config{UnhealthyZoneThreshold: 0.6, LargeClusterSizeThreshold: 10, EvictionLimiterQPS: 1, SecondaryEvictionLimiterQPS: 0.5}
+	if c != want {
+		t.Errorf("parsed %+v, want %+v", c, want)
+	}
+}
