@@ -1,7 +1,8 @@
 // Package install puts rebound's manifests from deploy/ on a cluster
 // (through scenario.ApplyManifest): waiting for the CRD to be served, and
-// the controller's roles bound to a given identity. The demo, the
-// scale bench and the e2e tests install rebound through it.
+// the controller's roles bound to a given identity; and a rendered Helm
+// chart's objects (Objects). The demo, the scale bench and the e2e tests
+// install rebound through it.
 package install
 
 import (

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -48,14 +49,20 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Render renders the chart in dir. The objects come in a stable order:
-// CRDs first, then by template file and document.
-func Render(dir string, o Options) ([]*unstructured.Unstructured, error) {
-	o = o.withDefaults()
-	ch, err := loader.Load(dir)
+// Render renders the chart at path: a chart folder, or a packaged chart
+// (.tgz) as a release ships it and `helm install CHART.tgz` takes it.
+func Render(path string, o Options) ([]*unstructured.Unstructured, error) {
+	ch, err := loader.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("load chart %s: %w", dir, err)
+		return nil, fmt.Errorf("load chart %s: %w", path, err)
 	}
+	return RenderChart(ch, o)
+}
+
+// RenderChart renders a loaded chart. The objects come in a stable order:
+// CRDs first, then by template file and document.
+func RenderChart(ch *chart.Chart, o Options) ([]*unstructured.Unstructured, error) {
+	o = o.withDefaults()
 	vals, err := chartutil.ToRenderValues(ch, o.Values, chartutil.ReleaseOptions{
 		Name: o.Release, Namespace: o.Namespace, IsInstall: true, Revision: 1,
 	}, chartutil.DefaultCapabilities)

@@ -1,0 +1,56 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Objects applies rendered objects (a Helm chart's, say) server-side
+// under the field owner, in the order `helm install` needs: the CRDs and
+// Namespaces first, then, once every CRD is served, the rest. Each of
+// the two passes is dry-run in full before anything of it is stored, so
+// that an object the apiserver refuses leaves that pass unapplied.
+func Objects(ctx context.Context, cl client.Client, objs []*unstructured.Unstructured, owner string) error {
+	var first, rest []*unstructured.Unstructured
+	var crds []string
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "CustomResourceDefinition":
+			crds = append(crds, o.GetName())
+			first = append(first, o)
+		case "Namespace":
+			first = append(first, o)
+		default:
+			rest = append(rest, o)
+		}
+	}
+	if err := applyPass(ctx, cl, first, owner); err != nil {
+		return err
+	}
+	for _, name := range crds {
+		if err := WaitCRDEstablished(ctx, cl, name, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	return applyPass(ctx, cl, rest, owner)
+}
+
+// applyPass dry-runs every object, then applies every object.
+func applyPass(ctx context.Context, cl client.Client, objs []*unstructured.Unstructured, owner string) error {
+	for _, dryRun := range []bool{true, false} {
+		for _, o := range objs {
+			opts := []client.PatchOption{client.FieldOwner(owner), client.ForceOwnership}
+			if dryRun {
+				opts = append(opts, client.DryRunAll)
+			}
+			if err := cl.Patch(ctx, o.DeepCopy(), client.Apply, opts...); err != nil {
+				return fmt.Errorf("server-side apply (dry run %v) %s %s/%s: %w", dryRun, o.GetKind(), o.GetNamespace(), o.GetName(), err)
+			}
+		}
+	}
+	return nil
+}
