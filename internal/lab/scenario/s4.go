@@ -24,8 +24,11 @@ import (
 // ends the wait as soon as they have converged.
 //
 // RunS4 is the one runner of S4: the demo, `rebound-bench s4` and the e2e
-// tests call it; the tests add the sandbox, the controller and the agents
-// through S4Hooks.
+// tests call it. RunS4OnSandbox (s4_sandbox.go) adds the sandbox Nodes, the
+// real peering controller and agents through S4Hooks, for the e2e tests
+// and the demo; without a Returning hook, a lane with Rebound stages B's
+// start set from a model of the API (stageStartSet), for the bench's
+// matrix of lab sizes and return times.
 
 // S4Options tune scenario S4.
 type S4Options struct {
