@@ -2,20 +2,13 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -27,7 +20,6 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/peering"
-	"rebound/pkg/peering/calico"
 )
 
 var (
@@ -53,12 +45,14 @@ func init() {
 	metrics.Registry.MustRegister(peerSetSize, peerSetChanges, peerSetFrozen, peerSetStopped)
 }
 
-// PeeringReconciler publishes the health-aware BGP peer set: snapshot of
-// the nodes and the agents' PeeringReports, peering.Plan, then the set as
-// one document agents watch (ConfigMap rebound-system/rebound-peer-set),
-// the node label peering.rebound.dev/in-set on every selected node (for
-// Calico), the Calico BGPPeer when configured, the planner's state in a
-// ConfigMap, an Event per change, and a requeue at the plan's next check.
+// PeeringReconciler publishes the health-aware BGP peer set: a snapshot
+// of the nodes and the agents' PeeringReports (peering_snapshot.go),
+// peering.Plan, the planner's state in a ConfigMap (peering_state.go),
+// then one publisher per concern (peering_publish.go): the set as one
+// document agents watch (ConfigMap rebound-system/rebound-peer-set), the
+// node label peering.rebound.dev/in-set on every selected node (for
+// Calico) with an Event per change, and the Calico BGPPeer when
+// configured; it comes back at the plan's next check.
 // The controller alone publishes; agents only report.
 type PeeringReconciler struct {
 	client   client.Client
@@ -69,7 +63,7 @@ type PeeringReconciler struct {
 	mu        sync.Mutex
 	state     *peering.State // nil until loaded from the ConfigMap
 	savedJSON string         // what the ConfigMap holds
-	last      peering.Result // the last plan, for Plan() and tests
+	last      peering.Result // the last plan, for LastPlan and tests
 	frozen    string         // the freeze reason last announced, "" when not frozen
 	stopped   bool           // the stop switch was pulled at the last pass
 }
@@ -105,15 +99,18 @@ func SetupPeering(mgr ctrl.Manager, opts PeeringOptions) error {
 // it is pulled: the switch is a ConfigMap read uncached, not watched.
 const stoppedRecheck = 10 * time.Second
 
-// Reconcile: snapshot, plan, apply, requeue at the next check. The state
-// ConfigMap is written before the set is published, so that it is always
-// at least as new as what was published; the published document comes
-// before the labels (agents read it; the labels are for Calico and
-// humans); labels are level-triggered and converge on the next run if a
-// patch fails. While the stop switch is pulled nothing is published and
-// the state does not advance.
+// Reconcile is one pass: snapshot, plan, the stop switch, save the
+// state, run the publishers, and come back at the plan's next check. The
+// state ConfigMap is written before anything is published, so that it is
+// always at least as new as what was published. Publishers are
+// level-triggered and converge on the next pass if one fails. While the
+// stop switch is pulled nothing is published and the state does not
+// advance.
 func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", r.opts.Name)
+	ctx = ctrl.LoggerInto(ctx, log)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	res, err := r.pass(ctx, log)
 	return afterError(log, res, err)
 }
@@ -121,96 +118,72 @@ func (r *PeeringReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 // pass is one reconcile; its error goes through afterError, with the
 // result carrying the plan's next check wherever a plan was made.
 func (r *PeeringReconciler) pass(ctx context.Context, log logr.Logger) (ctrl.Result, error) {
-	now := r.opts.Clock.Now()
+	snap, err := r.snapshot(ctx, log)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	res := peering.Plan(snap.Input, snap.Now)
+	r.observe(ctx, log, res)
 
-	// Read-only views of the cache, not copies (see cache.go): at 1,000
-	// nodes and as many reports a deep copy per pass is most of its cost.
-	// Nothing below writes to them; patches go through fresh objects.
-	var list corev1.NodeList
-	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
+	stopped, err := r.stopSwitch(ctx, log, res)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	var reports v1alpha1.PeeringReportList
-	if err := r.client.List(ctx, &reports, client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list PeeringReports: %w", err)
-	}
-	nodes, rs, bad := peeringSnapshot(list.Items, reports.Items, r.opts.NodeSelector)
-	for _, err := range bad {
-		log.Info("agent report ignored", "detail", err.Error())
-	}
-	for _, err := range peering.ValidateNodes(nodes) {
-		log.V(1).Info("node cannot be planned normally", "detail", err.Error())
+	if stopped {
+		return ctrl.Result{RequeueAfter: stoppedRecheck}, nil
 	}
 
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.state == nil {
-		st, err := loadPeeringState(ctx, r.reader, r.opts.State, list.Items)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		r.state = &st
-		data, _ := json.Marshal(st)
-		r.savedJSON = string(data)
-		log.Info("peering state loaded", "configMap", r.opts.State.String(), "nodes", len(st.Nodes))
+	if err := r.saveState(ctx, res); err != nil {
+		// Do not publish what could not be recorded.
+		return r.next(res, true), err
 	}
+	r.logChanges(log, res)
+	err = publishAll(ctx, r.publishers(), peeringOutcome{Result: res, Nodes: snap.Nodes, Now: snap.Now})
+	return r.next(res, err != nil), err
+}
 
-	firstSeen := r.opts.Tracker.Observe(livenessNodes(nodes), now)
-	res := peering.Plan(peering.Input{Nodes: nodes, Reports: rs, FirstSeen: firstSeen, State: *r.state, Config: r.opts.Config}, now)
+// next is the shared requeue rule (nextPass) for a plan. The plan's next
+// check already counts the moment a report ages out, so there is no
+// separate verdict change.
+func (r *PeeringReconciler) next(res peering.Result, failed bool) ctrl.Result {
+	return nextPass(r.opts.Clock.Now(), res.NextCheck, time.Time{}, false, failed)
+}
+
+// observe keeps the plan for LastPlan and reports it: the gauges, and a
+// freeze or its end.
+func (r *PeeringReconciler) observe(ctx context.Context, log logr.Logger, res peering.Result) {
 	r.last = res
 	peerSetSize.WithLabelValues(r.opts.Name).Set(float64(len(res.Peers)))
 	observePeeringNodes(r.opts.Name, res)
 	r.noteFrozen(ctx, log, res)
+}
 
+// stopSwitch reads the stop switch, logs when it is pulled or released,
+// and sets its gauge.
+func (r *PeeringReconciler) stopSwitch(ctx context.Context, log logr.Logger, res peering.Result) (bool, error) {
 	stopped, err := readStopSwitch(ctx, r.reader, r.opts.StopSwitch)
 	if err != nil {
-		return ctrl.Result{}, err
+		return false, err
 	}
 	if stopped != r.stopped {
 		r.stopped = stopped
 		log.Info("stop switch", "pulled", stopped, "configMap", r.opts.StopSwitch.String(), "pendingChanges", len(res.Changes))
 	}
+	gauge := 0.0
 	if stopped {
-		peerSetStopped.WithLabelValues(r.opts.Name).Set(1)
-		return ctrl.Result{RequeueAfter: stoppedRecheck}, nil
+		gauge = 1
 	}
-	peerSetStopped.WithLabelValues(r.opts.Name).Set(0)
+	peerSetStopped.WithLabelValues(r.opts.Name).Set(gauge)
+	return stopped, nil
+}
 
-	var errs []error
-	out := ctrl.Result{}
-	if !res.NextCheck.IsZero() {
-		out.RequeueAfter = max(res.NextCheck.Sub(r.opts.Clock.Now()), 100*time.Millisecond)
-	}
-	if data, _ := json.Marshal(res.State); string(data) != r.savedJSON {
-		if err := savePeeringState(ctx, r.reader, r.client, r.opts.State, res.State, res.PeerNames()); err != nil {
-			// Do not publish what could not be recorded: the next run
-			// plans again from the old state.
-			return out, err
-		}
-		r.savedJSON = string(data)
-	}
-	st := res.State
-	r.state = &st
-
+// logChanges counts and logs each change of the set, once, when its
+// state is recorded (a dry run logs them too).
+func (r *PeeringReconciler) logChanges(log logr.Logger, res peering.Result) {
 	for _, c := range res.Changes {
 		peerSetChanges.WithLabelValues(r.opts.Name, string(c.Kind)).Inc()
 		log.Info("peer set change", "node", c.Name, "change", c.Kind, "reason", c.Reason, "detail", c.Message, "dryRun", r.opts.DryRun)
 	}
-	if !r.opts.DryRun {
-		if err := r.publishPeerSet(ctx, log, res, now); err != nil {
-			// Agents read the document: without it, publishing labels
-			// would only confuse Calico and humans about what agents do.
-			return out, err
-		}
-		errs = append(errs, r.publishLabels(ctx, log, list.Items, res)...)
-		if r.opts.Calico != nil {
-			if err := r.publishCalico(ctx, log); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-
-	return out, kerrors.NewAggregate(errs)
 }
 
 // noteFrozen announces a freeze and its end: a log line, an Event on the
@@ -241,89 +214,6 @@ func (r *PeeringReconciler) noteFrozen(ctx context.Context, log logr.Logger, res
 		}
 	}
 	r.frozen = res.FrozenReason
-}
-
-// publishLabels sets peering.rebound.dev/in-set to "true" or "false" on
-// every planned node whose label differs, with an Event for each change.
-func (r *PeeringReconciler) publishLabels(ctx context.Context, log logr.Logger, nodes []corev1.Node, res peering.Result) []error {
-	decisions := make(map[string]peering.Decision, len(res.Decisions))
-	for _, d := range res.Decisions {
-		decisions[d.Name] = d
-	}
-	var errs []error
-	for i := range nodes {
-		n := &nodes[i]
-		d, planned := decisions[n.Name]
-		if !planned {
-			continue
-		}
-		want := "false"
-		if d.InSet {
-			want = "true"
-		}
-		if n.Labels[peering.LabelInSet] == want {
-			continue
-		}
-		patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, peering.LabelInSet, want)
-		// A fresh object: the response is decoded into it, and n shares
-		// its maps with the cache.
-		target := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
-		if err := r.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			if !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("label node %s %s=%s: %w", n.Name, peering.LabelInSet, want, err))
-			}
-			continue
-		}
-		reason, note := "PeerSetRemoved", "left out of the BGP peer set: "+d.Message
-		if d.InSet {
-			reason, note = "PeerSetAdded", "in the BGP peer set: "+d.Message
-		}
-		typ := corev1.EventTypeNormal
-		if !d.InSet {
-			typ = corev1.EventTypeWarning
-		}
-		r.recorder.Eventf(n, nil, typ, reason, "PublishPeerSet", "%s", note)
-		log.Info("peer set published", "node", n.Name, peering.LabelInSet, want, "reason", d.Reason)
-	}
-	return errs
-}
-
-// publishCalico makes sure the BGPPeer that meshes the set exists with the
-// wanted spec. It never touches the BGPConfiguration: switching Calico's
-// own node-to-node mesh off is the operator's step of the migration.
-func (r *PeeringReconciler) publishCalico(ctx context.Context, log logr.Logger) error {
-	gvk, err := calico.ServedBGPPeerAPI(r.client.RESTMapper())
-	if err != nil {
-		return reconcile.TerminalError(fmt.Errorf("calico backend: install Calico's CRDs or drop the Calico option: %w", err))
-	}
-	want := calico.BGPPeerAs(gvk, *r.opts.Calico)
-	got := &unstructured.Unstructured{}
-	got.SetGroupVersionKind(gvk)
-	err = r.reader.Get(ctx, client.ObjectKey{Name: want.GetName()}, got)
-	switch {
-	case meta.IsNoMatchError(err):
-		return reconcile.TerminalError(fmt.Errorf("calico backend: the API server does not serve %s: install Calico's CRDs or drop the Calico option: %w", gvk, err))
-	case apierrors.IsNotFound(err):
-		if err := r.client.Create(ctx, want); err != nil {
-			return fmt.Errorf("calico backend: create BGPPeer %s: %w", want.GetName(), err)
-		}
-		log.Info("Calico BGPPeer created", "name", want.GetName(), "apiVersion", gvk.GroupVersion().String(), "selector", calico.InSetSelector)
-		return nil
-	case err != nil:
-		return fmt.Errorf("calico backend: read BGPPeer %s: %w", want.GetName(), err)
-	}
-	if calico.SpecEqual(got, want) {
-		return nil
-	}
-	spec, _, _ := unstructured.NestedMap(want.Object, "spec")
-	if err := unstructured.SetNestedMap(got.Object, spec, "spec"); err != nil {
-		return err
-	}
-	if err := r.client.Update(ctx, got); err != nil {
-		return fmt.Errorf("calico backend: update BGPPeer %s: %w", want.GetName(), err)
-	}
-	log.Info("Calico BGPPeer updated", "name", want.GetName())
-	return nil
 }
 
 // LastPlan returns the last plan, for diagnostics and tests.

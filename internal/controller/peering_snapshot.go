@@ -1,10 +1,14 @@
 package controller
 
 import (
+	"context"
+	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -14,11 +18,56 @@ import (
 	"rebound/pkg/peering/kube"
 )
 
-// peeringSnapshot turns the selected nodes and the agents' reports into
-// the planner's input. Reports that cannot be read are returned as errors
+// peeringSnapshot is what one pass plans from.
+type peeringSnapshot struct {
+	Now time.Time
+	// Nodes are every Node in the cache, read-only views rather than
+	// copies (see cache.go): at 1,000 nodes and as many reports a deep
+	// copy per pass is most of its cost. Nothing writes to them; patches
+	// go through fresh objects.
+	Nodes []corev1.Node
+	// Input is the planner's: the selected nodes, their agents' reports,
+	// rebound's first sight of each node's state, the state and config.
+	Input peering.Input
+}
+
+// snapshot reads the cluster for one pass: the nodes and the reports from
+// the cache, the planner's state (plannerState), and the tracker's first
+// sights, updated with what this pass sees.
+func (r *PeeringReconciler) snapshot(ctx context.Context, log logr.Logger) (peeringSnapshot, error) {
+	now := r.opts.Clock.Now()
+	var list corev1.NodeList
+	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return peeringSnapshot{}, fmt.Errorf("list nodes: %w", err)
+	}
+	var reports v1alpha1.PeeringReportList
+	if err := r.client.List(ctx, &reports, client.UnsafeDisableDeepCopy); err != nil {
+		return peeringSnapshot{}, fmt.Errorf("list PeeringReports: %w", err)
+	}
+	nodes, rs, bad := plannedNodesAndReports(list.Items, reports.Items, r.opts.NodeSelector)
+	for _, err := range bad {
+		log.Info("agent report ignored", "detail", err.Error())
+	}
+	for _, err := range peering.ValidateNodes(nodes) {
+		log.V(1).Info("node cannot be planned normally", "detail", err.Error())
+	}
+	st, err := r.plannerState(ctx, log, list.Items)
+	if err != nil {
+		return peeringSnapshot{}, err
+	}
+	firstSeen := r.opts.Tracker.Observe(livenessNodes(nodes), now)
+	return peeringSnapshot{
+		Now:   now,
+		Nodes: list.Items,
+		Input: peering.Input{Nodes: nodes, Reports: rs, FirstSeen: firstSeen, State: st, Config: r.opts.Config},
+	}, nil
+}
+
+// plannedNodesAndReports turns the selected nodes and the agents' reports
+// into the planner's input. Reports that cannot be read are returned as errors
 // (the caller logs them) and left out; the planner applies the freshness
 // and liveness rules to the rest (peering.AliveEvidence).
-func peeringSnapshot(nodes []corev1.Node, reports []v1alpha1.PeeringReport, selector labels.Selector) ([]peering.Node, []peering.Report, []error) {
+func plannedNodesAndReports(nodes []corev1.Node, reports []v1alpha1.PeeringReport, selector labels.Selector) ([]peering.Node, []peering.Report, []error) {
 	var out []peering.Node
 	selected := map[string]bool{}
 	for i := range nodes {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/go-logr/logr"
 
@@ -15,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/pkg/peering"
-	"rebound/pkg/peering/kube"
 )
 
 // Keys of the state ConfigMap.
@@ -92,48 +90,35 @@ func savePeeringState(ctx context.Context, reader client.Reader, c client.Client
 	return nil
 }
 
-// publishPeerSet writes the set as the one document agents watch, when
-// its content differs from what is published; the generation grows by one
-// with every write. It reads the current document uncached (agents watch
-// it; the controller writes it once per change of the set).
-func (r *PeeringReconciler) publishPeerSet(ctx context.Context, log logr.Logger, res peering.Result, now time.Time) error {
-	key := r.opts.PeerSet
-	var cm corev1.ConfigMap
-	err := r.reader.Get(ctx, key, &cm)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("read the published peer set ConfigMap %s: %w", key, err)
+// plannerState is the state the next plan starts from: loaded from the
+// state ConfigMap at the first pass (nodes are the pass's read, for the
+// labels a lost ConfigMap is rebuilt from), then the last one saved.
+func (r *PeeringReconciler) plannerState(ctx context.Context, log logr.Logger, nodes []corev1.Node) (peering.State, error) {
+	if r.state != nil {
+		return *r.state, nil
 	}
-	exists := err == nil
-	gen := int64(1)
-	if exists {
-		if old, perr := kube.PeerSetFromConfigMap(&cm); perr == nil {
-			if old.SameContent(res.PeerSet(old.Generation, old.PublishedAt)) {
-				return nil
-			}
-			gen = old.Generation + 1
-		} else {
-			log.Info("published peer set unreadable, replacing it", "configMap", key.String(), "error", perr.Error())
-		}
+	st, err := loadPeeringState(ctx, r.reader, r.opts.State, nodes)
+	if err != nil {
+		return peering.State{}, err
 	}
-	doc := res.PeerSet(gen, now)
-	if err := doc.Validate(); err != nil {
-		// Plan never produces this; refuse rather than publish garbage.
-		return fmt.Errorf("refusing to publish an invalid peer set: %w", err)
+	r.state = &st
+	data, _ := json.Marshal(st)
+	r.savedJSON = string(data)
+	log.Info("peering state loaded", "configMap", r.opts.State.String(), "nodes", len(st.Nodes))
+	return st, nil
+}
+
+// saveState records the plan's state in the ConfigMap when it differs
+// from what the ConfigMap holds, and makes it the next plan's start. On
+// error the next pass plans again from the old state.
+func (r *PeeringReconciler) saveState(ctx context.Context, res peering.Result) error {
+	if data, _ := json.Marshal(res.State); string(data) != r.savedJSON {
+		if err := savePeeringState(ctx, r.reader, r.client, r.opts.State, res.State, res.PeerNames()); err != nil {
+			return err
+		}
+		r.savedJSON = string(data)
 	}
-	if !exists {
-		cm = corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "rebound"}},
-			Data:       map[string]string{peering.PeerSetKey: doc.Encode()},
-		}
-		if err := r.client.Create(ctx, &cm); err != nil {
-			return fmt.Errorf("create the published peer set ConfigMap %s (does namespace %s exist?): %w", key, key.Namespace, err)
-		}
-	} else {
-		cm.Data = map[string]string{peering.PeerSetKey: doc.Encode()}
-		if err := r.client.Update(ctx, &cm); err != nil {
-			return fmt.Errorf("update the published peer set ConfigMap %s: %w", key, err)
-		}
-	}
-	log.Info("peer set published", "generation", gen, "members", len(doc.Peers), "floor", doc.Floor, "frozen", doc.Frozen)
+	st := res.State
+	r.state = &st
 	return nil
 }
