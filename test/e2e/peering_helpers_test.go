@@ -17,16 +17,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"rebound/internal/agent"
-	"rebound/internal/lab/birdlab"
 	"rebound/internal/controller"
+	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
-	"rebound/pkg/peering"
 )
 
 // startPeeringController runs the peering reconciler in-process against
@@ -105,25 +103,14 @@ func annotateBGP(ctx context.Context, t *testing.T, c *sandbox.Cluster, n *birdl
 
 // inSetLabel reads a node's peering.rebound.dev/in-set label.
 func inSetLabel(ctx context.Context, c *sandbox.Cluster, name string) (string, error) {
-	n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
-	return n.Labels[peering.LabelInSet], nil
+	return scenario.InSetLabel(ctx, c.Client, name)
 }
 
-// waitInSet waits until the node's label says in (true) or out (false).
+// waitInSet waits until the node's label says in (true) or out (false)
+// (scenario.WaitInSet), or fails the test.
 func waitInSet(ctx context.Context, t *testing.T, c *sandbox.Cluster, name string, in bool, timeout time.Duration) {
 	t.Helper()
-	want := fmt.Sprint(in)
-	err := birdlab.Poll(ctx, 200*time.Millisecond, timeout, fmt.Sprintf("%s %s=%s", name, peering.LabelInSet, want), func() (bool, string) {
-		got, err := inSetLabel(ctx, c, name)
-		if err != nil {
-			return false, err.Error()
-		}
-		return got == want, "label is " + got
-	})
-	if err != nil {
+	if err := scenario.WaitInSet(ctx, c.Client, name, in, timeout); err != nil {
 		t.Fatal(err)
 	}
 }

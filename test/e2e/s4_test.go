@@ -8,18 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 
-	"rebound/internal/agent"
-	"rebound/internal/lab/birdlab"
-	"rebound/internal/testing/birdtest"
 	"rebound/internal/controller"
+	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/testing/birdtest"
 	"rebound/pkg/kubestatus"
-	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
 
@@ -27,40 +26,30 @@ import (
 // (full mesh, graceful restart, a /26 each); B and C die, B returns and
 // restarts BIRD in graceful-restart recovery (bird -R).
 //
-// Both halves run at the same time in one test, each with its own BIRDs
-// (own loopback /16, own network namespace) and its own three sandbox
-// Nodes of one sandbox:
+// Both lanes run at the same time in one test through
+// scenario.RunS4OnSandbox, the runner the demo plays, each with its own
+// BIRDs (own loopback /16, own network namespace) and its own three
+// sandbox Nodes of one sandbox:
 //
 //   - without rebound (node-0..2): B's BIRD waits for the dead C until its
 //     240 s `graceful restart wait` ends; until then A has no route to B's
 //     /26 and B's kernel table gets no routes;
 //   - with rebound (node-3..5): the peering controller (in-process, prune
-//     grace s4PruneGrace) leaves B and C out once NotReady, takes B back
-//     when Ready; B's agent renders B's mesh from the published set, so B's
-//     BIRD stops waiting as soon as A has converged.
-//
-// The per-peer `graceful restart time` is 10 s so that A drops B's stale
-// routes before B returns (the seed's nodes stayed down for minutes, far
-// longer than Calico's 120 s); it does not change B's recovery wait.
+//     grace scenario.S4PruneGrace) leaves B and C out once NotReady, takes
+//     B back when Ready; B's agent renders B's mesh from the published
+//     set, so B's BIRD stops waiting as soon as A has converged.
 //
 // Measured from B's BIRD start: A has B's /26 in its BIRD table, and B's
 // kernel table (network namespace, kernel protocol with `graceful
-// restart`) has A's /26.
+// restart`) has A's /26. The test adds only its checks (Checks hooks) and
+// METRIC lines.
 const (
-	s4GracefulRestartTime = 10
-	// s4PruneGrace is the peering controller's PruneGracePeriod in the
-	// test: on top of the sandbox's 12 s node grace, a dead node leaves the
-	// set about 15 s after it died.
-	s4PruneGrace = 3 * time.Second
-	// s4ReportMaxAge drops a dead agent's last session report quickly.
-	s4ReportMaxAge = 6 * time.Second
 	// s4WithBound is the scenario bound with rebound (the design's goal is
 	// 5 s; the slack absorbs a loaded machine).
 	s4WithBound = 10 * time.Second
 	// s4WithoutAtLeast is what must hold without rebound: the 240 s wait,
 	// minus slack.
 	s4WithoutAtLeast = 200 * time.Second
-	s4HalfLabel      = "s4.rebound.dev/half"
 )
 
 func TestS4Bird16(t *testing.T) { runS4(t, bird.Bird16, 11) }
@@ -73,26 +62,23 @@ type s4Outcome struct {
 	err error
 }
 
-// runS4 plays both lanes with scenario.RunS4, the runner the demo and
-// the bench play; the hooks add the sandbox Nodes, the controller and the
-// agents. The lane without rebound starts in the background before the
-// test goes parallel, so that its 4-minute wait overlaps with every other
-// test whatever `go test -parallel` allows; the lane with rebound runs in
-// the test itself; then both are reported.
+// runS4 plays both lanes with scenario.RunS4OnSandbox. The lane without
+// rebound starts in the background before the test goes parallel, so that
+// its 4-minute wait overlaps with every other test whatever `go test
+// -parallel` allows; the lane with rebound runs in the test itself; then
+// both are reported.
 func runS4(t *testing.T, v bird.Version, net int) {
 	bins := birdtest.Require(t, v)
-	c := startSandbox(t, 6, sandbox.FastTimings())
+	c := startSandbox(t, 2*scenario.S4Nodes, sandbox.FastTimings())
 	tag := "bird" + strings.ReplaceAll(string(v), ".", "")
 
 	bgCtx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	result := make(chan s4Outcome, 1)
 	done := make(chan struct{})
-	opts := s4Options(t, c, bins, tag+"-wo", net, 0)
-	opts.Cap = 330 * time.Second
-	opts.Hooks = s4BaselineHooks(c)
+	opts := s4Lane(t, c, bins, tag+"-wo", net, 0)
 	go func() {
 		defer close(done)
-		res, err := scenario.RunS4(bgCtx, scenario.NewTimeline(nil), opts)
+		res, err := scenario.RunS4OnSandbox(bgCtx, scenario.NewTimeline(nil), opts)
 		result <- s4Outcome{res: res, err: err}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -110,6 +96,13 @@ func runS4(t *testing.T, v bird.Version, net int) {
 	if wo.RouteOfB < s4WithoutAtLeast || (wo.KernelTable && wo.RoutesOnB < s4WithoutAtLeast) {
 		t.Errorf("without rebound A had B's route %s and B had A's %s after B's BIRD started; the seed's failure holds them ~240 s (want >= %s)",
 			wo.RouteOfB, wo.RoutesOnB, s4WithoutAtLeast)
+	}
+}
+
+// s4Lane is one lane on the sandbox Nodes first..first+2.
+func s4Lane(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, tag string, net, first int) scenario.S4SandboxOptions {
+	return scenario.S4SandboxOptions{
+		Cluster: c, Bins: bins, First: first, Net: net, Dir: shortDir(t), NetNS: netnsName(t, tag), Name: tag,
 	}
 }
 
@@ -169,8 +162,8 @@ func s4NotReadyToPruned(ctx context.Context, t *testing.T, c *sandbox.Cluster, d
 		worst = max(worst, removedAt.Sub(notReadyAt))
 	}
 	metric(t, "s4_notready_to_pruned", worst.Seconds(), "s")
-	if bound := s4PruneGrace + 5*time.Second; worst > bound {
-		t.Errorf("a dead node left the set %s after its NotReady transition, want <= grace %s + 5 s", worst, s4PruneGrace)
+	if bound := scenario.S4PruneGrace + 5*time.Second; worst > bound {
+		t.Errorf("a dead node left the set %s after its NotReady transition, want <= grace %s + 5 s", worst, scenario.S4PruneGrace)
 	}
 }
 
@@ -186,46 +179,6 @@ func s4Metrics(t *testing.T, tag, mode string, res scenario.S4Result) {
 		metric(t, "s4_"+tag+"_kernel_restore_"+mode+"_rebound", res.RoutesOnB.Seconds(), "s")
 	}
 	metric(t, "s4_"+tag+"_recovery_"+mode+"_rebound", res.Recovery().Seconds(), "s")
-}
-
-// s4Options are one lane's: three nodes on the sandbox Nodes
-// first..first+2, B and C die, B returns once its Node is Ready.
-func s4Options(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, tag string, net, first int) scenario.S4Options {
-	return scenario.S4Options{
-		Bins: bins, Nodes: 3, Net: net, Dir: shortDir(t), NetNS: netnsName(t, tag),
-		NodeName:            func(i int) string { return c.NodeNames[first+i] },
-		GracefulRestartTime: s4GracefulRestartTime,
-	}
-}
-
-// s4BaselineHooks: the sandbox Nodes of the dead BIRDs stop and turn
-// NotReady; B's Node is Ready again before its BIRD returns.
-func s4BaselineHooks(c *sandbox.Cluster) scenario.S4Hooks {
-	return scenario.S4Hooks{
-		Killed: func(ctx context.Context, _ *birdlab.Lab, dead []*birdlab.Node) error {
-			return s4StopNodes(ctx, c, dead)
-		},
-		Returning: func(ctx context.Context, _ *birdlab.Lab, b *birdlab.Node) error {
-			if err := c.StartNode(ctx, b.Name); err != nil {
-				return err
-			}
-			return c.WaitNodeReady(ctx, b.Name, true, 60*time.Second)
-		},
-	}
-}
-
-func s4StopNodes(ctx context.Context, c *sandbox.Cluster, dead []*birdlab.Node) error {
-	for _, n := range dead {
-		if err := c.StopNode(ctx, n.Name); err != nil {
-			return err
-		}
-	}
-	for _, n := range dead {
-		if err := c.WaitNodeReady(ctx, n.Name, false, 60*time.Second); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // s4Converge waits until every node has every other node's /26, and the
@@ -306,125 +259,55 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// s4WithRebound: the same failure with the controller and the agents.
-// BIRD 1.6 is started before B's agent, which then reconfigures the
-// recovering BIRD; BIRD 2 keeps waiting for a peer a reconfiguration
-// removes (2.0.12, measured), so there B's agent starts first and leaves
-// the set, checked by BIRD's parser, in place for BIRD's start.
+// s4WithRebound: the same failure with the controller and the agents
+// (scenario.S4OnSandbox wires them); the checks: the leave budget, the
+// prune grace from the API's timestamps, and the agents' readiness.
 func s4WithRebound(t *testing.T, c *sandbox.Cluster, bins birdtest.Binaries, tag string, net int) scenario.S4Result {
 	ctx := testContext(t, 9*time.Minute)
-	opts := s4Options(t, c, bins, tag+"-w", net, 3)
-	opts.Rebound, opts.Cap = true, 2*time.Minute
-	// BFD on, as the agent's default: BIRD 2 only (several BIRD 1.6 on one
-	// host cannot share BFD's ports), with the dead nodes losing power
-	// (frozen) so that only BFD tells their peers at once.
-	withBFD := bins.Version == bird.Bird2
-	if withBFD {
-		opts.BFD, opts.Freeze = &bird.BFD{}, true
+	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
+	opts := s4Lane(t, c, bins, tag+"-w", net, scenario.S4Nodes)
+	opts.Rebound = true
+	var lane *scenario.S4OnSandbox // the checks read its agents
+	ready := func(node, what string) {
+		t.Helper()
+		poll(ctx, t, 30*time.Second, node+" ready "+what, func() (bool, string) {
+			a := lane.Agent(node)
+			if a == nil {
+				return false, "no agent"
+			}
+			code, body := scenario.Readyz(a)
+			return code == http.StatusOK, body
+		})
 	}
-	var set types.NamespacedName // where the controller publishes the set
-	agentOpts := func(lab *birdlab.Lab, n *birdlab.Node) agent.Options {
-		return agent.Options{
-			PeerSet:  set,
-			BFD:      withBFD,
-			Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second,
-			// Readiness must come from the set, not from the up-time escape.
-			ReadyAfter: time.Hour,
-			BirdBinary: bins.Bird, BirdConfig: n.Config,
-		}
-	}
-	var agentA, agentB, agentC *runningAgent
-	opts.Hooks = scenario.S4Hooks{
+	opts.Checks = scenario.S4Hooks{
 		Converged: func(ctx context.Context, lab *birdlab.Lab) error {
-			for _, n := range lab.Nodes {
-				annotateBGP(ctx, t, c, n, s4HalfLabel+"=with")
-			}
-			set = startPeeringController(t, c, controller.PeeringOptions{
-				Name:         "peering-s4-" + tag,
-				NodeSelector: labels.SelectorFromSet(labels.Set{s4HalfLabel: "with"}),
-				Config:       peering.Config{PruneGracePeriod: s4PruneGrace, Evidence: peering.EvidenceOptions{ReportMaxAge: s4ReportMaxAge}},
-				State:        controllerState("rebound-peering-s4-" + tag),
-			})
-			for _, n := range lab.Nodes {
-				waitInSet(ctx, t, c, n.Name, true, 30*time.Second)
-			}
-			a, b, cc := lab.Nodes[0], lab.Nodes[1], lab.Nodes[2]
-			agentA, agentB, agentC = startAgent(t, c, lab, a, agentOpts(lab, a)), startAgent(t, c, lab, b, agentOpts(lab, b)), startAgent(t, c, lab, cc, agentOpts(lab, cc))
-			poll(ctx, t, 30*time.Second, "A ready with every peer Established", func() (bool, string) {
-				code, body := agentA.readyz()
-				return code == http.StatusOK, body
-			})
+			ready(lab.Nodes[0].Name, "with every peer Established")
 			return nil
 		},
 		Killed: func(ctx context.Context, lab *birdlab.Lab, dead []*birdlab.Node) error {
-			must(t, agentB.Stop())
-			must(t, agentC.Stop())
-			must(t, s4StopNodes(ctx, c, dead))
 			// The leave budget lets one of the three members be out at
 			// once: one dead node leaves, the other stays in, and A is
 			// ready anyway (a NotReady member without evidence of life
 			// does not hold readiness).
 			out := waitOneLeaves(ctx, t, c, dead, 60*time.Second)
-			if withBFD {
+			if lane.Options().BFD != nil {
 				s4NotReadyToPruned(ctx, t, c, out)
 			}
-			poll(ctx, t, 30*time.Second, "A ready with its peers dead and out of the set", func() (bool, string) {
-				code, body := agentA.readyz()
-				return code == http.StatusOK, body
-			})
-			return nil
-		},
-		Returning: func(ctx context.Context, lab *birdlab.Lab, b *birdlab.Node) error {
-			// B returns: Ready, back in the set, then A's agent peers with it again.
-			a, cc := lab.Nodes[0], lab.Nodes[2]
-			must(t, c.StartNode(ctx, b.Name))
-			waitInSet(ctx, t, c, b.Name, true, 60*time.Second)
-			poll(ctx, t, 30*time.Second, "A's BIRD has a session configured for B", func() (bool, string) {
-				protos, err := a.Client().Protocols(ctx)
-				if err != nil {
-					return false, err.Error()
-				}
-				for _, p := range protos {
-					if p.Name == bird.ProtocolName(b.Address) {
-						return true, ""
-					}
-				}
-				return false, "no protocol for B yet"
-			})
-			// B's return gives its share of the budget back: C, dead,
-			// leaves now if it had not.
-			waitInSet(ctx, t, c, cc.Name, false, s4PruneGrace+30*time.Second)
-			// B's include still holds what its agent wrote before B died (A and C).
-			if bins.Version == bird.Bird2 {
-				agentB = startAgent(t, c, lab, b, agentOpts(lab, b))
-				poll(ctx, t, 30*time.Second, "B's agent staged the set for BIRD's start", func() (bool, string) {
-					s := agentB.Stats()
-					return s.Staged >= 1, s.LastError
-				})
-			}
-			return nil
-		},
-		Returned: func(ctx context.Context, lab *birdlab.Lab, b *birdlab.Node) error {
-			if bins.Version != bird.Bird2 {
-				agentB = startAgent(t, c, lab, b, agentOpts(lab, b))
-			}
+			ready(lab.Nodes[0].Name, "with its peers dead and out of the set")
 			return nil
 		},
 		Measured: func(ctx context.Context, lab *birdlab.Lab, _ scenario.S4Result) error {
 			// Readiness: C is dead and outside the set; A and B are ready.
-			a, b := lab.Nodes[0], lab.Nodes[1]
-			for name, ag := range map[string]*runningAgent{a.Name: agentA, b.Name: agentB} {
-				poll(ctx, t, 30*time.Second, name+" /readyz with C dead and outside the set", func() (bool, string) {
-					code, body := ag.readyz()
-					return code == http.StatusOK, body
-				})
-				_, body := ag.readyz()
-				t.Logf("%s /readyz: %s", name, body)
+			for _, n := range lab.Nodes[:2] {
+				ready(n.Name, "with C dead and outside the set")
+				_, body := scenario.Readyz(lane.Agent(n.Name))
+				t.Logf("%s /readyz: %s", n.Name, body)
 			}
 			return nil
 		},
 	}
-	res, err := scenario.RunS4(ctx, scenario.NewTimeline(testWriter(t)), opts)
+	lane = scenario.NewS4OnSandbox(opts)
+	res, err := lane.Run(ctx, scenario.NewTimeline(testWriter(t)))
 	must(t, err)
 	s4Metrics(t, tag, "with", res)
 	if res.Recovery() > s4WithBound {

@@ -321,6 +321,8 @@ func buildChart(l Lane, end time.Duration) chartView {
 				name = e.Subject
 			}
 			workloads.get(name+" available").set(e.At, availabilityClass(e.Detail), title)
+		case "log":
+			// The real parts' log lines: in the lane's table, not on its chart.
 		case "pod":
 			pods.marks = append(pods.marks, markAt{e.At, podClass(e.Detail), e.Subject + ": " + e.Detail + fmt.Sprintf(" (+%.1fs)", e.At.Seconds())})
 		default:
