@@ -19,6 +19,7 @@ import (
 
 	"rebound/internal/agent/gossip"
 	"rebound/internal/lab/install"
+	"rebound/internal/lab/report"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scale"
 	"rebound/internal/lab/scenario"
@@ -98,14 +99,16 @@ Flags:
 			r.Detection.Seconds(), r.DetectionAll.Seconds(), r.Writes)
 	}
 	tw.Flush()
+	w := report.NewWriter(os.Stdout)
 	for _, r := range results {
-		fmt.Printf("METRIC gossip_%d_sent_per_agent=%.0f B/s\n", r.Members, r.SentPerSecond)
-		fmt.Printf("METRIC gossip_%d_received_per_agent=%.0f B/s\n", r.Members, r.ReceivedPerSecond)
-		fmt.Printf("METRIC gossip_%d_death_to_quorum=%.1f s\n", r.Members, r.Detection.Seconds())
-		fmt.Printf("METRIC gossip_%d_writes_per_death=%d count\n", r.Members, r.Writes)
+		p := fmt.Sprintf("gossip_%d_", r.Members)
+		w.MetricDecimals(p+"sent_per_agent", r.SentPerSecond, 0, "B/s")
+		w.MetricDecimals(p+"received_per_agent", r.ReceivedPerSecond, 0, "B/s")
+		w.Metric(p+"death_to_quorum", r.Detection.Seconds(), "s")
+		w.Count(p+"writes_per_death", r.Writes)
 	}
-	fmt.Printf("CONFIG gossip_window=%.0f s\n", window.Seconds())
-	return errors.Join(failed...)
+	w.Config("gossip_window", window.Seconds(), "s")
+	return errors.Join(append(failed, w.Err())...)
 }
 
 // detectS13 plays S13 on two sandboxes with the default (or fast) timings.
@@ -197,11 +200,11 @@ func detectS13(ctx context.Context, bin string, fast, keep bool) error {
 	fmt.Fprintf(tw, "endpoint off\t%.1fs\t%.1fs\n", res.Without.EndpointsOff.Seconds(), res.With.EndpointsOff.Seconds())
 	fmt.Fprintf(tw, "replacement Ready\t%.1fs\t%.1fs\n", res.Without.ReplacementReady.Seconds(), res.With.ReplacementReady.Seconds())
 	tw.Flush()
-	for _, l := range res.Lines() {
-		fmt.Println(l)
-	}
-	fmt.Printf("CONFIG s13_node_grace=%.0f s\nCONFIG s13_lease_renew_interval=%.0f s\n", timings.NodeMonitorGracePeriod.Seconds(), (timings.NodeLeaseDuration / 4).Seconds())
-	return nil
+	w := report.NewWriter(os.Stdout)
+	res.Write(w)
+	w.Config("s13_node_grace", timings.NodeMonitorGracePeriod.Seconds(), "s")
+	w.Config("s13_lease_renew_interval", (timings.NodeLeaseDuration / 4).Seconds(), "s")
+	return w.Err()
 }
 
 // prefixed writes each timeline line to stderr behind p.

@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"rebound/internal/lab/report"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scale"
 )
@@ -105,7 +106,9 @@ Flags:
 		}
 		results = append(results, res)
 		if *output == "text" {
-			printScaleMetrics(os.Stdout, o, res)
+			if err := printScaleMetrics(os.Stdout, o, res); err != nil {
+				return fmt.Errorf("%d nodes: %w", n, err)
+			}
 		}
 	}
 	if *output == "json" {
@@ -133,42 +136,44 @@ func measureSize(ctx context.Context, bins sandbox.Binaries, dir string, o scale
 	return scale.Run(ctx, c, o)
 }
 
-func printScaleMetrics(w io.Writer, o scale.Options, r scale.Result) {
+func printScaleMetrics(out io.Writer, o scale.Options, r scale.Result) error {
 	p := fmt.Sprintf("scale%d_", r.Nodes)
-	fmt.Fprintf(w, "CONFIG %spods_per_node=%d count\n", p, o.PodsPerNode)
-	fmt.Fprintf(w, "CONFIG %scritical_pods=%d count\n", p, o.CriticalPods)
-	fmt.Fprintf(w, "CONFIG %spolicies=%d count\n", p, o.Policies)
-	fmt.Fprintf(w, "METRIC %spods=%d count\n", p, r.Pods)
-	fmt.Fprintf(w, "METRIC %spopulate_seconds=%.0f s\n", p, r.Population.Took.Seconds())
-	fmt.Fprintf(w, "METRIC %scontroller_rss_steady=%.1f MiB\n", p, r.SteadyRSSMiB)
-	fmt.Fprintf(w, "METRIC %scontroller_rss_peak=%.1f MiB\n", p, r.PeakRSSMiB)
-	fmt.Fprintf(w, "METRIC %scontroller_rss_startup_peak=%.1f MiB\n", p, r.StartupPeakRSSMiB)
-	fmt.Fprintf(w, "METRIC %scontroller_cpu_per_min=%.2f s\n", p, r.CPUPerMin)
-	fmt.Fprintf(w, "METRIC %sidle_requests_per_min=%.1f count\n", p, r.Idle.PerMinute(total(r.Idle.ByVerb)))
-	fmt.Fprintf(w, "METRIC %sidle_writes_per_min=%.1f count\n", p, r.Idle.PerMinute(r.Idle.Writes))
-	fmt.Fprintf(w, "METRIC %sidle_lease_renewals_per_min=%.1f count\n", p, r.Idle.PerMinute(r.Idle.LeaseWrites))
-	fmt.Fprintf(w, "METRIC %sidle_passes_per_min=%.1f count\n", p, r.Idle.PerMinute(r.IdlePasses))
+	w := report.NewWriter(out)
+	w.Config(p+"pods_per_node", float64(o.PodsPerNode), "count")
+	w.Config(p+"critical_pods", float64(o.CriticalPods), "count")
+	w.Config(p+"policies", float64(o.Policies), "count")
+	w.Count(p+"pods", r.Pods)
+	w.MetricDecimals(p+"populate_seconds", r.Population.Took.Seconds(), 0, "s")
+	w.Metric(p+"controller_rss_steady", r.SteadyRSSMiB, "MiB")
+	w.Metric(p+"controller_rss_peak", r.PeakRSSMiB, "MiB")
+	w.Metric(p+"controller_rss_startup_peak", r.StartupPeakRSSMiB, "MiB")
+	w.MetricDecimals(p+"controller_cpu_per_min", r.CPUPerMin, 2, "s")
+	w.Metric(p+"idle_requests_per_min", r.Idle.PerMinute(total(r.Idle.ByVerb)), "count")
+	w.Metric(p+"idle_writes_per_min", r.Idle.PerMinute(r.Idle.Writes), "count")
+	w.Metric(p+"idle_lease_renewals_per_min", r.Idle.PerMinute(r.Idle.LeaseWrites), "count")
+	w.Metric(p+"idle_passes_per_min", r.Idle.PerMinute(r.IdlePasses), "count")
 	for _, kind := range slices.Sorted(maps.Keys(r.IdleTriggers)) {
-		fmt.Fprintf(w, "METRIC %sidle_triggers_%s_per_min=%.1f count\n", p, strings.ToLower(kind), r.Idle.PerMinute(r.IdleTriggers[kind]))
+		w.Metric(p+"idle_triggers_"+strings.ToLower(kind)+"_per_min", r.Idle.PerMinute(r.IdleTriggers[kind]), "count")
 	}
-	fmt.Fprintf(w, "METRIC %sstranded_pods=%d count\n", p, r.Stranded)
-	fmt.Fprintf(w, "METRIC %sdeleted_pods=%d count\n", p, r.Deleted)
-	fmt.Fprintf(w, "METRIC %srepeated_deletes=%d count\n", p, r.Repeated)
-	fmt.Fprintf(w, "METRIC %sdeadline_to_delete_p50=%.3f s\n", p, r.P50)
-	fmt.Fprintf(w, "METRIC %sdeadline_to_delete_p99=%.3f s\n", p, r.P99)
-	fmt.Fprintf(w, "METRIC %spass_ms=%.1f ms\n", p, r.PassMs)
+	w.Count(p+"stranded_pods", r.Stranded)
+	w.Count(p+"deleted_pods", r.Deleted)
+	w.Count(p+"repeated_deletes", r.Repeated)
+	w.MetricDecimals(p+"deadline_to_delete_p50", r.P50, 3, "s")
+	w.MetricDecimals(p+"deadline_to_delete_p99", r.P99, 3, "s")
+	w.Metric(p+"pass_ms", r.PassMs, "ms")
 	if pr := r.Peering; pr != nil {
-		fmt.Fprintf(w, "METRIC %sagent_bytes_per_min=%.0f bytes\n", p, pr.AgentBytesPerMin)
-		fmt.Fprintf(w, "METRIC %speering_reports_per_min=%.0f count\n", p, pr.ReportsPerMin)
-		fmt.Fprintf(w, "METRIC %speering_controller_rss=%.1f MiB\n", p, pr.ControllerRSSMiB)
-		fmt.Fprintf(w, "METRIC %speering_controller_rss_peak=%.1f MiB\n", p, pr.ControllerPeakMiB)
+		w.MetricDecimals(p+"agent_bytes_per_min", pr.AgentBytesPerMin, 0, "bytes")
+		w.MetricDecimals(p+"peering_reports_per_min", pr.ReportsPerMin, 0, "count")
+		w.Metric(p+"peering_controller_rss", pr.ControllerRSSMiB, "MiB")
+		w.Metric(p+"peering_controller_rss_peak", pr.ControllerPeakMiB, "MiB")
 	}
 	fmt.Fprintf(os.Stderr, "  latest delete after its deadline: %s\n", r.Latest)
 	for _, name := range slices.Sorted(maps.Keys(r.Components)) {
 		u := r.Components[name]
-		fmt.Fprintf(w, "METRIC %s%s_rss=%.0f MiB\n", p, metricName(name), u.RSSMiB)
-		fmt.Fprintf(w, "METRIC %s%s_cpu_per_min=%.1f s\n", p, metricName(name), u.CPUPerMin)
+		w.MetricDecimals(p+metricName(name)+"_rss", u.RSSMiB, 0, "MiB")
+		w.Metric(p+metricName(name)+"_cpu_per_min", u.CPUPerMin, "s")
 	}
+	return w.Err()
 }
 
 func printScaleTable(w io.Writer, rs []scale.Result) {

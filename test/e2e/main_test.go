@@ -2,7 +2,8 @@
 // (the sandbox) and, for BGP, real BIRD daemons. Each test is named after
 // its scenario id so it can run alone: go test ./test/e2e -run TestS1.
 //
-// Measured figures are printed as "METRIC <name>=<value> <unit>" lines.
+// Measured figures are printed as "METRIC <name>=<value> <unit>" lines,
+// settings as "CONFIG" lines (internal/lab/report).
 package e2e
 
 import (
@@ -15,9 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/logging"
+	"rebound/internal/lab/report"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/logging"
 )
 
 var binaries sandbox.Binaries
@@ -108,17 +110,33 @@ func newSandbox(t *testing.T, nodes int, timings sandbox.Timings) (*sandbox.Clus
 	return c, nil
 }
 
-// printLines prints a scenario's METRIC and CONFIG lines.
-func printLines(lines []string) {
-	for _, l := range lines {
-		fmt.Println(l)
+// results writes the tests' METRIC and CONFIG lines to stdout, where
+// tools collect them; an invalid line fails the test that wrote it.
+func results(t *testing.T, write func(*report.Writer)) {
+	t.Helper()
+	w := report.NewWriter(os.Stdout)
+	write(w)
+	if err := w.Err(); err != nil {
+		t.Error(err)
 	}
 }
 
-// metric prints a measured figure in the form tools collect.
+// metric prints a measured figure.
 func metric(t *testing.T, name string, value float64, unit string) {
 	t.Helper()
-	fmt.Printf("METRIC %s=%.1f %s\n", name, value, unit)
+	results(t, func(w *report.Writer) { w.Metric(name, value, unit) })
+}
+
+// metricCount prints a measured count.
+func metricCount(t *testing.T, name string, n int) {
+	t.Helper()
+	results(t, func(w *report.Writer) { w.Count(name, n) })
+}
+
+// config prints a setting the test played with.
+func config(t *testing.T, name string, value float64, unit string) {
+	t.Helper()
+	results(t, func(w *report.Writer) { w.Config(name, value, unit) })
 }
 
 func testContext(t *testing.T, d time.Duration) context.Context {

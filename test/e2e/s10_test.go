@@ -1,13 +1,12 @@
 package e2e
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	"rebound/internal/testing/birdtest"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/testing/birdtest"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -36,7 +35,8 @@ func TestS10AsymmetricPartition(t *testing.T) {
 	applyFiles(ctx, t, cl, false, writePolicy(t, "s10", policyTime))
 	startController(t, c, "--kubeconfig", serviceAccountKubeconfig(ctx, t, c, "rebound-system", "rebound"),
 		"--peering", "--peering-prune-grace-period", pruneGrace.String(), "--peering-report-max-age", "10s")
-	fmt.Printf("CONFIG s10_prune_grace=%.0f s\nCONFIG s10_hold=%.0f s\n", pruneGrace.Seconds(), hold.Seconds())
+	config(t, "s10_prune_grace", pruneGrace.Seconds(), "s")
+	config(t, "s10_hold", hold.Seconds(), "s")
 
 	res, err := scenario.S10AsymmetricPartition(ctx, c, scenario.NewTimeline(testWriter(t)), scenario.S10Options{
 		Bins: bins, Net: 61, Hold: hold, User: controllerUser, Logs: testLogWriter(t),
@@ -46,10 +46,10 @@ func TestS10AsymmetricPartition(t *testing.T) {
 	}
 	t.Logf("each critical pod requests cpu %s; node-0 had %s free", res.CPURequest, res.Room)
 	metric(t, "s10_all_notready", res.AllNotReady.Seconds(), "s")
-	metricCount("s10_peers_removed", len(res.Removed)+len(res.LostSessions))
-	metricCount("s10_pods_deleted", len(res.Deleted))
-	metricCount("s10_pending_replacements", len(res.Pending))
-	metricCount("s10_pods_deleted_through_heal", res.DeletedThroughHeal)
+	metricCount(t, "s10_peers_removed", len(res.Removed)+len(res.LostSessions))
+	metricCount(t, "s10_pods_deleted", len(res.Deleted))
+	metricCount(t, "s10_pending_replacements", len(res.Pending))
+	metricCount(t, "s10_pods_deleted_through_heal", res.DeletedThroughHeal)
 
 	if res.AllNotReady < 3*pruneGrace || res.AllNotReady < policyTime {
 		t.Errorf("nodes 1-4 NotReady together for %v only, want at least 3x the prune grace %v and the policy's %v", res.AllNotReady, pruneGrace, policyTime)

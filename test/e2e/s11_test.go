@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -30,10 +29,11 @@ func TestS11OneReporterCannotPrune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("CONFIG s11_prune_grace=%.0f s\nCONFIG s11_report_max_age=%.0f s\n", opts.PruneGrace.Seconds(), opts.ReportMaxAge.Seconds())
+	config(t, "s11_prune_grace", opts.PruneGrace.Seconds(), "s")
+	config(t, "s11_report_max_age", opts.ReportMaxAge.Seconds(), "s")
 	metric(t, "s11_all_notready", res.AllNotReady.Seconds(), "s")
-	metricCount("s11_removals_by_one_reporter", len(res.Veto.Removed))
-	metricCount("s11_alone_removals", len(res.Alone.Removed))
+	metricCount(t, "s11_removals_by_one_reporter", len(res.Veto.Removed))
+	metricCount(t, "s11_alone_removals", len(res.Alone.Removed))
 	if len(res.Alone.Removed) > 0 {
 		first := time.Duration(1<<63 - 1)
 		for _, d := range res.Alone.Removed {
@@ -100,7 +100,8 @@ func TestS11SkewedKubeletClock(t *testing.T) {
 	applyFiles(ctx, t, cl, false, writePolicy(t, "s11", policyTime))
 	startController(t, c, "--kubeconfig", serviceAccountKubeconfig(ctx, t, c, "rebound-system", "rebound"),
 		"--peering", "--peering-prune-grace-period", pruneGrace.String())
-	fmt.Printf("CONFIG s11_skew_prune_grace=%.0f s\nCONFIG s11_kubelet_clock_skew=%.0f s\n", pruneGrace.Seconds(), skew.Seconds())
+	config(t, "s11_skew_prune_grace", pruneGrace.Seconds(), "s")
+	config(t, "s11_kubelet_clock_skew", skew.Seconds(), "s")
 
 	res, err := scenario.RunS11SkewedKubeletClock(ctx, c, scenario.NewTimeline(testWriter(t)), scenario.S11ClockOptions{
 		Workload: scenario.CriticalStandIn("node-3"), Skew: skew,

@@ -56,9 +56,10 @@ func TestS13FastDetection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	printLines(res.Lines())
+	results(t, res.Write)
 	grace := timings.NodeMonitorGracePeriod
-	fmt.Printf("CONFIG s13_node_grace=%.0f s\nCONFIG s13_lease_renew_interval=%.0f s\n", grace.Seconds(), (timings.NodeLeaseDuration / 4).Seconds())
+	config(t, "s13_node_grace", grace.Seconds(), "s")
+	config(t, "s13_lease_renew_interval", (timings.NodeLeaseDuration / 4).Seconds(), "s")
 
 	// Upstream: nothing before the grace, which runs from the last renewal
 	// (up to one renew interval before the death); the API's timestamps
@@ -194,7 +195,7 @@ func s13Negative(t *testing.T, a scenario.GossipAgentOptions, fail func(context.
 		case <-time.After(200 * time.Millisecond): // the next look
 		}
 	}
-	metricCount("s13_early_actions_"+strings.ToLower(strings.TrimPrefix(t.Name(), "TestS13")), 0)
+	metricCount(t, "s13_early_actions_"+strings.ToLower(strings.TrimPrefix(t.Name(), "TestS13")), 0)
 }
 
 // startS13Rebound installs rebound on c for two-plane detection (the

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -65,8 +64,8 @@ func TestS1WithoutAndWithRebound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	printLines(res.Comparison.Lines())
-	fmt.Printf("CONFIG s1_max_unavailable_time=%.0f s\n", s1PolicyTime.Seconds())
+	results(t, res.Comparison.Write)
+	config(t, "s1_max_unavailable_time", s1PolicyTime.Seconds(), "s")
 	t.Run("without rebound the pod stays on the dead node", func(t *testing.T) {
 		s1CheckWithout(ctx, t, p.Without, res.Without)
 	})

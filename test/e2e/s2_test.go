@@ -120,7 +120,7 @@ func TestS2PlatformRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	printLines(res.Comparison.Lines())
+	results(t, res.Comparison.Write)
 	t.Run("backup metadata", func(t *testing.T) {
 		meta := res.Without.Backup
 		if !slices.Equal(meta.Nodes, p.Without.NodeNames) || len(meta.EssentialWorkloads) != 3 || meta.Revision == 0 {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -46,9 +45,9 @@ func TestS3WithoutAndWithRebound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	printLines(res.Comparison.Lines())
-	fmt.Printf("CONFIG s3_pod_toleration=%d s\n", timings.DefaultTolerationSeconds)
-	fmt.Printf("CONFIG s3_max_unavailable_time=%.0f s\n", s1PolicyTime.Seconds())
+	results(t, res.Comparison.Write)
+	config(t, "s3_pod_toleration", float64(timings.DefaultTolerationSeconds), "s")
+	config(t, "s3_max_unavailable_time", s1PolicyTime.Seconds(), "s")
 
 	for lane, r := range map[string]scenario.S3Result{scenario.LaneWithout: res.Without, scenario.LaneWith: res.With} {
 		if z := r.Final.Zones["sandbox/zone-a"]; z != "Normal" {

@@ -2,16 +2,15 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"rebound/internal/agent"
-	"rebound/internal/lab/birdlab"
-	"rebound/internal/testing/birdtest"
 	"rebound/internal/controller"
+	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/testing/birdtest"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -124,7 +123,7 @@ func TestS6FlappingNode(t *testing.T) {
 	metric(t, "s6_not_ready_spells", float64(spells), "count")
 	metric(t, "s6_peer_set_changes", float64(changes), "count")
 	// The damping's bound is computed from its settings: a CONFIG line.
-	fmt.Printf("CONFIG s6_peer_set_changes_promised_max=%d count\n", promised)
+	config(t, "s6_peer_set_changes_promised_max", float64(promised), "count")
 	metric(t, "s6_agent_reloads", float64(reloads), "count")
 	t.Logf("%s went NotReady %d times in %s; its membership changed %d times %v (damping promises <= %d); the stable node's BIRD reloaded %d times",
 		flapping.Name, spells, window.Round(time.Second), changes, res.Changes[flapping.Name], promised, reloads)

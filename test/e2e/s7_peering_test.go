@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,9 +8,9 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"rebound/internal/testing/birdtest"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/testing/birdtest"
 	"rebound/pkg/peering/bird"
 )
 
@@ -32,11 +31,12 @@ func TestS7ControlPlanePartitionPeering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("CONFIG s7_prune_grace=%.1f s\nCONFIG s7_report_max_age=%.1f s\n", opts.PruneGrace.Seconds(), opts.ReportMaxAge.Seconds())
+	config(t, "s7_prune_grace", opts.PruneGrace.Seconds(), "s")
+	config(t, "s7_report_max_age", opts.ReportMaxAge.Seconds(), "s")
 	metric(t, "s7_all_notready", res.AllNotReady.Seconds(), "s")
-	fmt.Printf("METRIC s7_peer_set_changes=%d count\n", res.SetChanges)
-	fmt.Printf("METRIC s7_agent_mesh_changes=%d count\n", res.MeshChanges)
-	fmt.Printf("METRIC s7_peer_set_document_writes=%d count\n", res.DocumentWrites)
+	metricCount(t, "s7_peer_set_changes", res.SetChanges)
+	metricCount(t, "s7_agent_mesh_changes", res.MeshChanges)
+	metricCount(t, "s7_peer_set_document_writes", res.DocumentWrites)
 	if res.AllNotReady < 3*opts.PruneGrace {
 		t.Errorf("every node NotReady for %v only, want at least 3x the prune grace %v", res.AllNotReady, opts.PruneGrace)
 	}

@@ -45,7 +45,7 @@ spec:
 `, name, maxUnavailable), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("CONFIG %s_max_unavailable_time=%.0f s\n", name, maxUnavailable.Seconds())
+	config(t, name+"_max_unavailable_time", maxUnavailable.Seconds(), "s")
 	return path
 }
 
@@ -58,9 +58,6 @@ func s7Timings() sandbox.Timings {
 	t.DefaultTolerationSeconds = 300
 	return t
 }
-
-// metricCount prints a measured count.
-func metricCount(name string, n int) { fmt.Printf("METRIC %s=%d count\n", name, n) }
 
 // policyCondition returns the policy's condition of type typ.
 func policyCondition(ctx context.Context, t *testing.T, cl client.Client, policy, typ string) string {
@@ -153,7 +150,7 @@ func TestS7ControlPlanePartition(t *testing.T) {
 		WhileHeld: func(ctx context.Context) error {
 			// Rescue half: nothing deleted.
 			deleted := len(podDeletesBy(t, c, sandbox.ReboundUser))
-			metricCount("s7_pods_deleted", deleted)
+			metricCount(t, "s7_pods_deleted", deleted)
 			if deleted != 0 {
 				t.Errorf("rebound deleted %d pod(s) while every node was NotReady, want 0", deleted)
 			}
@@ -201,7 +198,7 @@ func TestS7ControlPlanePartition(t *testing.T) {
 		}
 	}
 	n := len(podDeletesBy(t, c, sandbox.ReboundUser))
-	metricCount("s7_pods_deleted_through_heal", n)
+	metricCount(t, "s7_pods_deleted_through_heal", n)
 	if n != 0 {
 		t.Errorf("rebound deleted %d pod(s) in all, want 0 (also while the nodes returned, across a controller restart)", n)
 	}

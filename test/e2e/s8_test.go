@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -135,7 +134,8 @@ func TestS8LyingAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("CONFIG s8_prune_grace=%.1f s\nCONFIG s8_report_max_age=%.1f s\n", opts.PruneGrace.Seconds(), opts.ReportMaxAge.Seconds())
+	config(t, "s8_prune_grace", opts.PruneGrace.Seconds(), "s")
+	config(t, "s8_report_max_age", opts.ReportMaxAge.Seconds(), "s")
 	metric(t, "s8_liar_stale_to_pruned", res.StaleToPruned.Seconds(), "s")
 	metric(t, "s8_liar_notready_to_pruned", res.ReporterNotReadyToPruned.Seconds(), "s")
 	if !res.KeptWhileFresh || res.Reason != peering.InSessionUp {

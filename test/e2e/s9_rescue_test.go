@@ -26,7 +26,7 @@ func TestS9BounceOnce(t *testing.T) {
 	const replacementTimeout = 10 * time.Second
 	cl := installRebound(ctx, t, c, writePolicy(t, "s9", s7PolicyTime))
 	startController(t, c, "--replacement-timeout", replacementTimeout.String())
-	fmt.Printf("CONFIG s9_replacement_timeout=%.0f s\n", replacementTimeout.Seconds())
+	config(t, "s9_replacement_timeout", replacementTimeout.Seconds(), "s")
 
 	short := scenario.CriticalStandIn("node-3")
 	short.Name = "s9-short"
@@ -48,7 +48,7 @@ func TestS9BounceOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metricCount("s9_bounces", res.Bounces)
+	metricCount(t, "s9_bounces", res.Bounces)
 	if res.ShortUpdates != 2 || res.Bounces != 1 {
 		t.Errorf("rebound wrote %s %d time(s) (%d bounce(s)), want 2 writes: exactly one bounce", short, res.ShortUpdates, res.Bounces)
 	}

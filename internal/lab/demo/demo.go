@@ -18,10 +18,11 @@ import (
 	"time"
 
 	"rebound/internal/controller"
-	"rebound/internal/logging"
-	"rebound/internal/metricsserving"
+	"rebound/internal/lab/report"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/logging"
+	"rebound/internal/metricsserving"
 	"rebound/pkg/zone"
 )
 
@@ -226,8 +227,7 @@ func Run(ctx context.Context, opts Options) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(report)
 	}
-	printSummary(opts.Out, report)
-	return nil
+	return printSummary(opts.Out, report)
 }
 
 // runEnv is what every scenario of a run shares.
@@ -403,7 +403,7 @@ func pairLanes(id, label string, p scenario.Pair, without, with scenario.Recover
 	return lanes
 }
 
-func printSummary(out io.Writer, r Report) {
+func printSummary(out io.Writer, r Report) error {
 	fmt.Fprintf(out, "\nTime to recovery, without and with rebound:\n\n")
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SCENARIO\tWITHOUT REBOUND\tWITH REBOUND\tMEASURED")
@@ -417,30 +417,9 @@ func printSummary(out io.Writer, r Report) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.ID, cells[laneWithout], cells[laneWith], s.Measure)
 	}
 	w.Flush()
-	// The same figures in the form tools collect (see the design's
-	// conventions): measured values as METRIC lines, settings as CONFIG.
 	fmt.Fprintln(out)
-	for _, c := range r.Comparisons {
-		for _, l := range c.Lines() {
-			fmt.Fprintln(out, l)
-		}
-	}
-	for _, l := range r.MetricLines {
-		fmt.Fprintln(out, l)
-	}
-	for _, l := range r.Lanes {
-		if l.Measured {
-			continue // in a comparison above
-		}
-		lane := "without_rebound"
-		if l.Name == laneWith {
-			lane = "with_rebound"
-		}
-		if l.Recovered {
-			fmt.Fprintf(out, "METRIC %s_recovery_%s=%.1f s\n", strings.ToLower(l.Scenario), lane, l.RecoverySeconds)
-		} else if l.Played {
-			fmt.Fprintf(out, "METRIC %s_%s_recovered=0 count\n", strings.ToLower(l.Scenario), lane)
-		}
+	if err := writeMetrics(report.NewWriter(out), r); err != nil {
+		return err
 	}
 	for _, s := range r.Scenarios {
 		if s.ID == "S1" {
@@ -468,6 +447,38 @@ func printSummary(out io.Writer, r Report) {
 			fmt.Fprintf(out, "recovery as soon as those sessions are up.\n")
 		}
 	}
+	return nil
+}
+
+// writeMetrics writes the report's figures in the form tools collect (see
+// the design's conventions): measured values as METRIC lines, settings as
+// CONFIG.
+func writeMetrics(w *report.Writer, r Report) error {
+	for _, c := range r.Comparisons {
+		c.Write(w)
+	}
+	for _, s := range r.MetricLines {
+		l, err := report.Parse(s)
+		if err != nil {
+			return fmt.Errorf("the report's metric lines: %w", err)
+		}
+		w.Write(l)
+	}
+	for _, l := range r.Lanes {
+		if l.Measured {
+			continue // in a comparison above
+		}
+		lane := "without_rebound"
+		if l.Name == laneWith {
+			lane = "with_rebound"
+		}
+		if l.Recovered {
+			w.Metric(strings.ToLower(l.Scenario)+"_recovery_"+lane, l.RecoverySeconds, "s")
+		} else if l.Played {
+			w.Count(strings.ToLower(l.Scenario)+"_"+lane+"_recovered", 0)
+		}
+	}
+	return w.Err()
 }
 
 func finalZone(s scenario.Snapshot) string {

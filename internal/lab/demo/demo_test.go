@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"rebound/internal/lab/report"
 )
 
 func TestSelectScenarios(t *testing.T) {
@@ -48,7 +50,9 @@ func TestHeldWriter(t *testing.T) {
 
 func TestPrintSummary(t *testing.T) {
 	var out bytes.Buffer
-	printSummary(&out, ExampleReport())
+	if err := printSummary(&out, ExampleReport()); err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{"SCENARIO", "S1", "never: still 0/1 available", "32.0s (on node-0)", "S4", "42.5s",
 		"METRIC s1_without_rebound_recovered=0 count", "METRIC s1_recovery_with_rebound=32.0 s", "METRIC s1_speedup_at_least=2.8 x",
 		"CONFIG s1_without_rebound_observe=90 s", "METRIC s4_recovery_with_rebound=42.5 s"} {
@@ -58,6 +62,18 @@ func TestPrintSummary(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "=-1") {
 		t.Errorf("summary prints a -1 recovery time:\n%s", out.String())
+	}
+	n := 0
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "METRIC ") || strings.HasPrefix(l, "CONFIG ") {
+			n++
+			if _, err := report.Parse(l); err != nil {
+				t.Errorf("summary line %q: %v", l, err)
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("summary prints no METRIC lines")
 	}
 }
 

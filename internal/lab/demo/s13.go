@@ -81,6 +81,10 @@ func runS13(ctx context.Context, env *runEnv) ([]Lane, error) {
 		l.S13 = &r
 		l.Outcome = fmt.Sprintf("%.1fs (verdict %.1fs, endpoint off %.1fs)", r.ReplacementReady.Seconds(), r.Verdict.Seconds(), r.EndpointsOff.Seconds())
 	}
-	env.metricLines = append(env.metricLines, res.Lines()...)
+	lines, err := res.Lines()
+	if err != nil {
+		return lanes, err
+	}
+	env.metricLines = append(env.metricLines, lines...)
 	return lanes, nil
 }

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"rebound/internal/lab/report"
 	"rebound/pkg/kubestatus"
 )
 
@@ -126,8 +127,8 @@ type Comparison struct {
 	Observe time.Duration
 }
 
-// Lines are the comparison's METRIC lines (measured values only) and
-// CONFIG lines (settings), in the form tools collect:
+// Write writes the comparison's METRIC lines (measured values only) and
+// CONFIG lines (settings):
 //
 //	METRIC <id>_recovery_without_rebound=<s> s   (or <id>_without_rebound_recovered=0 count)
 //	METRIC <id>_recovery_with_rebound=<s> s
@@ -135,33 +136,31 @@ type Comparison struct {
 //
 // When the lane without rebound never recovered, the speedup is a lower
 // bound from how long it was seen unavailable: <id>_speedup_at_least.
-func (c Comparison) Lines() []string {
-	var out []string
-	metric := func(name string, v float64, unit string) {
-		out = append(out, fmt.Sprintf("METRIC %s_%s=%.1f %s", c.ID, name, v, unit))
-	}
+func (c Comparison) Write(w *report.Writer) {
 	for _, l := range []struct {
 		name string
 		r    Recovery
 	}{{"without_rebound", c.Without}, {"with_rebound", c.With}} {
 		if l.r.Recovered {
-			metric("recovery_"+l.name, l.r.Seconds, "s")
+			w.Metric(c.ID+"_recovery_"+l.name, l.r.Seconds, "s")
 			if l.r.AvailableSeconds > 0 {
-				metric("available_"+l.name, l.r.AvailableSeconds, "s")
+				w.Metric(c.ID+"_available_"+l.name, l.r.AvailableSeconds, "s")
 			}
 		} else {
-			out = append(out, fmt.Sprintf("METRIC %s_%s_recovered=0 count", c.ID, l.name))
-			metric(l.name+"_unavailable_at_least", l.r.UnavailableAtLeast, "s")
+			w.Count(c.ID+"_"+l.name+"_recovered", 0)
+			w.Metric(c.ID+"_"+l.name+"_unavailable_at_least", l.r.UnavailableAtLeast, "s")
 		}
 	}
 	switch {
 	case c.Without.Recovered && c.With.Recovered && c.With.Seconds > 0:
-		metric("speedup", c.Without.Seconds/c.With.Seconds, "x")
+		w.Metric(c.ID+"_speedup", c.Without.Seconds/c.With.Seconds, "x")
 	case !c.Without.Recovered && c.With.Recovered && c.With.Seconds > 0:
-		metric("speedup_at_least", c.Without.UnavailableAtLeast/c.With.Seconds, "x")
+		w.Metric(c.ID+"_speedup_at_least", c.Without.UnavailableAtLeast/c.With.Seconds, "x")
 	}
 	if !c.Without.Recovered && c.Observe > 0 {
-		out = append(out, fmt.Sprintf("CONFIG %s_without_rebound_observe=%.0f s", c.ID, c.Observe.Seconds()))
+		w.Config(c.ID+"_without_rebound_observe", c.Observe.Seconds(), "s")
 	}
-	return out
 }
+
+// Lines are the lines Write writes, as text.
+func (c Comparison) Lines() ([]string, error) { return report.Lines(c.Write) }

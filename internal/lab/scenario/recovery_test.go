@@ -39,12 +39,20 @@ func TestMeasurePods(t *testing.T) {
 }
 
 func TestComparisonLines(t *testing.T) {
-	got := Comparison{ID: "s3", Without: Recovery{Recovered: true, Seconds: 330}, With: Recovery{Recovered: true, Seconds: 33, AvailableSeconds: 33.5}}.Lines()
+	lines := func(c Comparison) []string {
+		t.Helper()
+		got, err := c.Lines()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	got := lines(Comparison{ID: "s3", Without: Recovery{Recovered: true, Seconds: 330}, With: Recovery{Recovered: true, Seconds: 33, AvailableSeconds: 33.5}})
 	want := []string{"METRIC s3_recovery_without_rebound=330.0 s", "METRIC s3_recovery_with_rebound=33.0 s", "METRIC s3_available_with_rebound=33.5 s", "METRIC s3_speedup=10.0 x"}
 	if !slices.Equal(got, want) {
 		t.Errorf("both recovered:\n got %q\nwant %q", got, want)
 	}
-	got = Comparison{ID: "s1", Without: Recovery{UnavailableAtLeast: 95}, With: Recovery{Recovered: true, Seconds: 31.6}, Observe: 90 * time.Second}.Lines()
+	got = lines(Comparison{ID: "s1", Without: Recovery{UnavailableAtLeast: 95}, With: Recovery{Recovered: true, Seconds: 31.6}, Observe: 90 * time.Second})
 	want = []string{"METRIC s1_without_rebound_recovered=0 count", "METRIC s1_without_rebound_unavailable_at_least=95.0 s", "METRIC s1_recovery_with_rebound=31.6 s", "METRIC s1_speedup_at_least=3.0 x", "CONFIG s1_without_rebound_observe=90 s"}
 	if !slices.Equal(got, want) {
 		t.Errorf("baseline never recovered:\n got %q\nwant %q", got, want)
@@ -53,5 +61,28 @@ func TestComparisonLines(t *testing.T) {
 		if l == "METRIC s1_recovery_without_rebound=-1.0 s" {
 			t.Error("a -1 recovery time")
 		}
+	}
+	if _, err := (Comparison{ID: "s 1", With: Recovery{Recovered: true, Seconds: 1}}).Lines(); err == nil {
+		t.Error("an id with a space made lines")
+	}
+}
+
+func TestS13PairLines(t *testing.T) {
+	p := S13Pair{
+		Without: S13Result{Verdict: 40 * time.Second, EndpointsOff: 41 * time.Second, ReplacementReady: 100 * time.Second},
+		With:    S13Result{Verdict: 4 * time.Second, EndpointsOff: 5 * time.Second, ReplacementReady: 10 * time.Second},
+	}
+	got, err := p.Lines()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"METRIC s13_death_to_verdict_without_rebound=40.0 s", "METRIC s13_death_to_verdict=4.0 s",
+		"METRIC s13_death_to_endpoints_off_without_rebound=41.0 s", "METRIC s13_death_to_endpoints_off=5.0 s",
+		"METRIC s13_death_to_replacement_ready_without_rebound=100.0 s", "METRIC s13_death_to_replacement_ready=10.0 s",
+		"METRIC s13_speedup=10.0 x", "METRIC s13_endpoints_speedup=8.2 x",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n%q\nwant\n%q", got, want)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
+	"rebound/internal/lab/report"
 	"rebound/internal/lab/sandbox"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/unreachable"
@@ -369,13 +370,9 @@ func RunS13Pair(ctx context.Context, p Pair, opts S13PairOptions) (S13Pair, erro
 	return out, err
 }
 
-// Lines are S13's METRIC lines: each figure of both lanes, measured, and
-// the speedups.
-func (p S13Pair) Lines() []string {
-	var out []string
-	metric := func(name string, v float64, unit string) {
-		out = append(out, fmt.Sprintf("METRIC s13_%s=%.1f %s", name, v, unit))
-	}
+// Write writes S13's METRIC lines: each figure of both lanes, measured,
+// and the speedups.
+func (p S13Pair) Write(w *report.Writer) {
 	for _, f := range []struct {
 		name          string
 		without, with time.Duration
@@ -384,14 +381,16 @@ func (p S13Pair) Lines() []string {
 		{"death_to_endpoints_off", p.Without.EndpointsOff, p.With.EndpointsOff},
 		{"death_to_replacement_ready", p.Without.ReplacementReady, p.With.ReplacementReady},
 	} {
-		metric(f.name+"_without_rebound", f.without.Seconds(), "s")
-		metric(f.name, f.with.Seconds(), "s")
+		w.Metric("s13_"+f.name+"_without_rebound", f.without.Seconds(), "s")
+		w.Metric("s13_"+f.name, f.with.Seconds(), "s")
 	}
 	if p.With.ReplacementReady > 0 {
-		metric("speedup", p.Without.ReplacementReady.Seconds()/p.With.ReplacementReady.Seconds(), "x")
+		w.Metric("s13_speedup", p.Without.ReplacementReady.Seconds()/p.With.ReplacementReady.Seconds(), "x")
 	}
 	if p.With.EndpointsOff > 0 {
-		metric("endpoints_speedup", p.Without.EndpointsOff.Seconds()/p.With.EndpointsOff.Seconds(), "x")
+		w.Metric("s13_endpoints_speedup", p.Without.EndpointsOff.Seconds()/p.With.EndpointsOff.Seconds(), "x")
 	}
-	return out
 }
+
+// Lines are the lines Write writes, as text.
+func (p S13Pair) Lines() ([]string, error) { return report.Lines(p.Write) }
