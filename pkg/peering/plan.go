@@ -18,7 +18,9 @@ package peering
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -43,182 +45,284 @@ import (
 // deterministic, and feeding Result.State back with the same input and
 // time changes nothing. A node listed twice counts once (the first).
 func Plan(in Input, now time.Time) Result {
-	cfg := in.Config.WithDefaults()
-	nodes := uniqueSortedNodes(in.Nodes)
-	lv := liveness.Assess(liveness.Input{Nodes: livenessNodes(nodes), Reports: in.Reports, FirstSeen: in.FirstSeen, Options: cfg.Evidence}, now)
-	dups := duplicateAddresses(nodes, in.State)
-	// A full disruption this planner never saw frozen ends, as the nodes
-	// record it, at the first return (zone.FullDisruptionEnd).
-	firstReturn := zone.FullDisruptionEnd(nodes, func(n Node) (bool, time.Time) { return n.Ready, n.LastTransition })
-	incident := trackIncident(nodes, in.State, now)
+	p := newPlanInput(in, now)
+	incident := trackIncident(p.nodes, p.prev, now)
+	fz := p.settleFreeze()
+	decisions := fz.decisions
+	if fz.reason != "" {
+		decisions = p.holdForFreeze(decisions, fz.reason)
+	}
+	spendLeaveBudget(p.cfg, p.nodes, p.prev, p.lv, incident, decisions)
 
-	res := Result{State: State{Nodes: make(map[string]NodeState, len(nodes)), ThawedAt: in.State.ThawedAt, Incident: incident}}
-	decisions := make([]decision, len(nodes))
-	var allNotReady bool
-	var prevIn, leaving, confirmed int
-	assess := func(thawedAt time.Time) {
-		allNotReady = len(nodes) > 0
-		prevIn, leaving, confirmed = 0, 0, 0
-		for i, n := range nodes {
-			prev, known := in.State.Nodes[n.Name]
-			wasIn := known && prev.InSet
-			if n.Ready {
-				allNotReady = false
-			}
-			d := decide(cfg, n, prev, known, lv.Of(n.Name), latestOf(thawedAt, firstReturn), now)
-			if dups[n.Name] != "" {
-				d = decision{reason: OutDuplicate, message: dups[n.Name]}
-			}
-			decisions[i] = d
-			if wasIn || d.inSet {
-				// The share counts against every member of this step had
-				// nobody left: the old members and those joining now, so
-				// that re-planning from the result decides the same.
-				prevIn++
-			}
-			if wasIn && !d.inSet {
-				leaving++
-				if lv.Of(n.Name).Verdict == liveness.Dead {
-					confirmed++
-				}
-			}
-		}
+	res := Result{
+		Frozen:       fz.reason != "",
+		FrozenReason: fz.reason,
+		State:        State{Nodes: make(map[string]NodeState, len(p.nodes)), FrozenSince: fz.frozenSince, ThawedAt: fz.thawedAt, Incident: incident},
 	}
-	freeze := func() {
-		res.Frozen, res.FrozenReason = false, ""
-		switch unconfirmed := leaving - confirmed; {
-		case allNotReady:
-			res.Frozen = true
-			res.FrozenReason = fmt.Sprintf("full disruption: all %d nodes are NotReady, so the control plane is the likelier side cut off; nobody leaves the set until a node is Ready again", len(nodes))
-		case float64(unconfirmed) > cfg.MaxLeaveShare*float64(prevIn):
-			res.Frozen = true
-			res.FrozenReason = fmt.Sprintf("%d of the %d members would leave at once without a quorum of live peers confirming them down, more than the %g share allowed; nobody leaves until fewer would, or their peers report them down", unconfirmed, prevIn, cfg.MaxLeaveShare)
-		}
-	}
-
-	// The set never collapses.
-	assess(in.State.ThawedAt)
-	freeze()
-	switch {
-	case res.Frozen:
-		res.State.FrozenSince = in.State.FrozenSince
-		if res.State.FrozenSince.IsZero() {
-			res.State.FrozenSince = now
-		}
-	case !in.State.FrozenSince.IsZero():
-		// The freeze ends now. A partition heals node by node: the nodes
-		// still NotReady were NotReady through the freeze, when nobody
-		// could tell a dead node from a cut-off one, so their grace
-		// starts over from the thaw, as kube-controller-manager restarts
-		// its eviction clocks when a full disruption ends. Without this
-		// the first nodes back would prune the rest a moment before
-		// they return.
-		res.State.ThawedAt = now
-		assess(now)
-		freeze()
-	}
-	if res.Frozen {
-		for i, n := range nodes {
-			prev, known := in.State.Nodes[n.Name]
-			if d := decisions[i]; known && prev.InSet && !d.inSet && n.Address.IsValid() && d.reason != OutDuplicate {
-				decisions[i] = decision{inSet: true, reason: InFrozen, message: fmt.Sprintf("would leave (%s: %s), but the set is frozen: %s", d.reason, d.message, res.FrozenReason), pruneAt: d.pruneAt}
-			}
-		}
-	}
-	spendLeaveBudget(cfg, nodes, in.State, lv, incident, decisions)
-	res.Floor = floorOf(cfg, nodes, in.State, incident, dups)
-
-	seen := make(map[string]bool, len(nodes))
-	for i, n := range nodes {
-		seen[n.Name] = true
-		prev, known := in.State.Nodes[n.Name]
-		wasIn := known && prev.InSet
+	present := make(map[string]bool, len(p.nodes))
+	for i, n := range p.nodes {
+		present[n.Name] = true
 		d := decisions[i]
-
-		next := NodeState{InSet: d.inSet, Since: prev.Since, Removals: recentRemovals(prev.Removals, now, cfg.FlapWindow)}
-		if d.inSet {
-			next.Address = n.Address
-		}
-		switch {
-		case d.inSet && !wasIn:
-			res.Changes = append(res.Changes, Change{Name: n.Name, Kind: Added, Reason: d.reason, Message: d.message})
-			if known {
-				// A rejoin: the streak before any later removal starts here.
-				next.Since = now
-			}
-		case !d.inSet && wasIn:
-			res.Changes = append(res.Changes, Change{Name: n.Name, Kind: Removed, Reason: d.reason, Message: d.message})
-			next.Since = now
-			next.Removals = append(next.Removals, now)
-		case !d.inSet && !known:
-			// Never published, so not a removal; remember when it was first
-			// left out for the message of later runs.
-			next.Since = now
-		}
-		if next.Since.IsZero() && !d.streakStart.IsZero() {
-			next.Since = d.streakStart
-		}
+		next, change := p.nextNodeState(n, d)
 		res.State.Nodes[n.Name] = next
+		if change != nil {
+			res.Changes = append(res.Changes, *change)
+		}
 		res.Decisions = append(res.Decisions, Decision{Name: n.Name, InSet: d.inSet, Reason: d.reason, Message: d.message})
 		if d.inSet {
-			p := Peer{Name: n.Name, Address: n.Address, Port: bgpPort(n, in.Reports, cfg), Ready: n.Ready, ReadySince: n.LastTransition, Reason: d.reason}
-			if v := lv.Of(n.Name); !n.Ready {
-				// A member a live observer still has a session with is
-				// rendered at a BIRD start too: leaving it out would end
-				// graceful-restart recovery without it and flush its
-				// routes.
-				if v.Verdict == liveness.CutOffFromAPI || v.Veto != "" {
-					p.Alive = v.Reason
-				}
-			} else {
-				p.Lost = lv.Lost[n.Name]
-			}
-			res.Peers = append(res.Peers, p)
-		}
-		if !d.pruneAt.IsZero() && (res.NextCheck.IsZero() || d.pruneAt.Before(res.NextCheck)) {
-			res.NextCheck = d.pruneAt
+			res.Peers = append(res.Peers, p.publishedPeer(n, d))
 		}
 	}
-	if !lv.StaleAt.IsZero() && (res.NextCheck.IsZero() || lv.StaleAt.Before(res.NextCheck)) {
-		// A report that counts now ages out then.
-		res.NextCheck = lv.StaleAt
-	}
+	res.NextCheck = nextCheck(decisions, p.lv.StaleAt)
 	// The floor is never above the set: the budget keeps the set at or
 	// above it by construction, so this only matters when members left
 	// for reasons outside it (TestPlanStaggeredLeaves checks the budget
 	// alone holds it).
-	res.Floor = min(res.Floor, len(res.Peers))
+	res.Floor = min(floorOf(p.cfg, p.nodes, p.prev, incident, p.dups), len(res.Peers))
 
-	// Nodes deleted from the cluster leave the set at once: there is nothing
-	// left to wait for, and a deletion is an operator's act, not a symptom
-	// of a partition (so it never freezes the set). Their removals stay on
-	// record for the flap window so that deleting and re-creating a node
-	// cannot reset its damping.
+	gone := p.deletedNodes(present)
+	res.Changes = append(res.Changes, gone.changes...)
+	res.Decisions = append(res.Decisions, gone.decisions...)
+	maps.Copy(res.State.Nodes, gone.states)
+
+	sort.Slice(res.Decisions, func(i, j int) bool { return res.Decisions[i].Name < res.Decisions[j].Name })
+	sort.Slice(res.Changes, func(i, j int) bool { return res.Changes[i].Name < res.Changes[j].Name })
+	return res
+}
+
+// planInput is what every step of a plan reads, computed once from the
+// input: the nodes deduplicated and sorted, the liveness verdicts, the
+// nodes a duplicate address leaves out, and the end of a full disruption
+// the nodes record.
+type planInput struct {
+	cfg     Config
+	nodes   []Node
+	reports []Report
+	prev    State
+	lv      liveness.Assessment
+	dups    map[string]string
+	// firstReturn is when a full disruption this planner never saw frozen
+	// ended, as the nodes record it: the first return
+	// (zone.FullDisruptionEnd).
+	firstReturn time.Time
+	now         time.Time
+}
+
+func newPlanInput(in Input, now time.Time) planInput {
+	cfg := in.Config.WithDefaults()
+	nodes := uniqueSortedNodes(in.Nodes)
+	return planInput{
+		cfg:         cfg,
+		nodes:       nodes,
+		reports:     in.Reports,
+		prev:        in.State,
+		lv:          liveness.Assess(liveness.Input{Nodes: livenessNodes(nodes), Reports: in.Reports, FirstSeen: in.FirstSeen, Options: cfg.Evidence}, now),
+		dups:        duplicateAddresses(nodes, in.State),
+		firstReturn: zone.FullDisruptionEnd(nodes, func(n Node) (bool, time.Time) { return n.Ready, n.LastTransition }),
+		now:         now,
+	}
+}
+
+// assessment is the membership rules applied to every node with NotReady
+// streaks counted from no earlier than thawedAt, and the counts the
+// freeze rule reads.
+type assessment struct {
+	decisions   []decision // by index of planInput.nodes
+	allNotReady bool
+	// members counts every member of this step had nobody left: the old
+	// members and those joining now, so that re-planning from the result
+	// decides the same.
+	members int
+	// leaving are the members the rules take out; confirmed, those of
+	// them a quorum confirms dead.
+	leaving, confirmed int
+}
+
+func (p planInput) assess(thawedAt time.Time) assessment {
+	a := assessment{decisions: make([]decision, len(p.nodes)), allNotReady: len(p.nodes) > 0}
+	restart := latestOf(thawedAt, p.firstReturn)
+	for i, n := range p.nodes {
+		prev, known := p.prev.Nodes[n.Name]
+		wasIn := known && prev.InSet
+		if n.Ready {
+			a.allNotReady = false
+		}
+		d := decide(nodeRules{Config: p.cfg, Node: n, Prev: prev, Known: known, Verdict: p.lv.Of(n.Name), RestartAt: restart, Now: p.now})
+		if p.dups[n.Name] != "" {
+			d = decision{reason: OutDuplicate, message: p.dups[n.Name]}
+		}
+		a.decisions[i] = d
+		if wasIn || d.inSet {
+			a.members++
+		}
+		if wasIn && !d.inSet {
+			a.leaving++
+			if p.lv.Of(n.Name).Verdict == liveness.Dead {
+				a.confirmed++
+			}
+		}
+	}
+	return a
+}
+
+// freezeReason says why the set must be frozen, "" when it need not be:
+// the set never collapses.
+func (a assessment) freezeReason(cfg Config) string {
+	switch unconfirmed := a.leaving - a.confirmed; {
+	case a.allNotReady:
+		return fmt.Sprintf("full disruption: all %d nodes are NotReady, so the control plane is the likelier side cut off; nobody leaves the set until a node is Ready again", len(a.decisions))
+	case float64(unconfirmed) > cfg.MaxLeaveShare*float64(a.members):
+		return fmt.Sprintf("%d of the %d members would leave at once without a quorum of live peers confirming them down, more than the %g share allowed; nobody leaves until fewer would, or their peers report them down", unconfirmed, a.members, cfg.MaxLeaveShare)
+	}
+	return ""
+}
+
+// freezeOutcome is the assessment the plan keeps, whether the set is
+// frozen (reason) and the freeze's times for the next state.
+type freezeOutcome struct {
+	assessment
+	reason      string
+	frozenSince time.Time
+	thawedAt    time.Time
+}
+
+// settleFreeze assesses the nodes and decides whether the set is frozen.
+// When a freeze ends, the nodes are assessed again with their streaks
+// counted from now. A partition heals node by node: the nodes still
+// NotReady were NotReady through the freeze, when nobody could tell a
+// dead node from a cut-off one, so their grace starts over from the
+// thaw, as kube-controller-manager restarts its eviction clocks when a
+// full disruption ends. Without this the first nodes back would prune
+// the rest a moment before they return.
+func (p planInput) settleFreeze() freezeOutcome {
+	a := p.assess(p.prev.ThawedAt)
+	out := freezeOutcome{assessment: a, reason: a.freezeReason(p.cfg), thawedAt: p.prev.ThawedAt}
+	switch {
+	case out.reason != "":
+		out.frozenSince = p.prev.FrozenSince
+		if out.frozenSince.IsZero() {
+			out.frozenSince = p.now
+		}
+	case !p.prev.FrozenSince.IsZero():
+		// The freeze ends now. The new assessment may freeze the set
+		// again; it then counts as a new freeze from the next plan on.
+		a = p.assess(p.now)
+		out = freezeOutcome{assessment: a, reason: a.freezeReason(p.cfg), thawedAt: p.now}
+	}
+	return out
+}
+
+// holdForFreeze keeps in the set, in a new slice, every member the rules
+// would take out while the set is frozen for reason, except those with no
+// address or a duplicate one (nothing to peer with).
+func (p planInput) holdForFreeze(decisions []decision, reason string) []decision {
+	out := slices.Clone(decisions)
+	for i, n := range p.nodes {
+		prev, known := p.prev.Nodes[n.Name]
+		if d := out[i]; known && prev.InSet && !d.inSet && n.Address.IsValid() && d.reason != OutDuplicate {
+			out[i] = decision{inSet: true, reason: InFrozen, message: fmt.Sprintf("would leave (%s: %s), but the set is frozen: %s", d.reason, d.message, reason), pruneAt: d.pruneAt}
+		}
+	}
+	return out
+}
+
+// nextNodeState is n's state after decision d, and the change to the set
+// it makes, if any.
+func (p planInput) nextNodeState(n Node, d decision) (NodeState, *Change) {
+	prev, known := p.prev.Nodes[n.Name]
+	wasIn := known && prev.InSet
+	next := NodeState{InSet: d.inSet, Since: prev.Since, Removals: recentRemovals(prev.Removals, p.now, p.cfg.FlapWindow)}
+	if d.inSet {
+		next.Address = n.Address
+	}
+	var change *Change
+	switch {
+	case d.inSet && !wasIn:
+		change = &Change{Name: n.Name, Kind: Added, Reason: d.reason, Message: d.message}
+		if known {
+			// A rejoin: the streak before any later removal starts here.
+			next.Since = p.now
+		}
+	case !d.inSet && wasIn:
+		change = &Change{Name: n.Name, Kind: Removed, Reason: d.reason, Message: d.message}
+		next.Since = p.now
+		next.Removals = append(next.Removals, p.now)
+	case !d.inSet && !known:
+		// Never published, so not a removal; remember when it was first
+		// left out for the message of later runs.
+		next.Since = p.now
+	}
+	if next.Since.IsZero() && !d.streakStart.IsZero() {
+		next.Since = d.streakStart
+	}
+	return next, change
+}
+
+// publishedPeer is member n as the set publishes it, with its evidence.
+func (p planInput) publishedPeer(n Node, d decision) Peer {
+	peer := Peer{Name: n.Name, Address: n.Address, Port: bgpPort(n, p.reports, p.cfg), Ready: n.Ready, ReadySince: n.LastTransition, Reason: d.reason}
+	if v := p.lv.Of(n.Name); !n.Ready {
+		// A member a live observer still has a session with is rendered
+		// at a BIRD start too: leaving it out would end graceful-restart
+		// recovery without it and flush its routes.
+		if v.Verdict == liveness.CutOffFromAPI || v.Veto != "" {
+			peer.Alive = v.Reason
+		}
+	} else {
+		peer.Lost = p.lv.Lost[n.Name]
+	}
+	return peer
+}
+
+// nextCheck is the earliest time a plan could decide differently with no
+// new input: a grace period ends, or a report that counts now ages out
+// (staleAt). Zero when nothing is pending.
+func nextCheck(decisions []decision, staleAt time.Time) time.Time {
+	var next time.Time
+	for _, d := range decisions {
+		next = earliestOf(next, d.pruneAt)
+	}
+	return earliestOf(next, staleAt)
+}
+
+// deletedOutcome is what the plan records of the nodes gone from the
+// cluster.
+type deletedOutcome struct {
+	changes   []Change
+	decisions []Decision
+	states    map[string]NodeState
+}
+
+// deletedNodes: nodes deleted from the cluster (not in present) leave the
+// set at once: there is nothing left to wait for, and a deletion is an
+// operator's act, not a symptom of a partition (so it never freezes the
+// set). Their removals stay on record for the flap window so that
+// deleting and re-creating a node cannot reset its damping.
+func (p planInput) deletedNodes(present map[string]bool) deletedOutcome {
 	deleted := make([]string, 0)
-	for name := range in.State.Nodes {
-		if !seen[name] {
+	for name := range p.prev.Nodes {
+		if !present[name] {
 			deleted = append(deleted, name)
 		}
 	}
 	sort.Strings(deleted)
+	out := deletedOutcome{states: map[string]NodeState{}}
 	for _, name := range deleted {
-		prev := in.State.Nodes[name]
-		removals := recentRemovals(prev.Removals, now, cfg.FlapWindow)
+		prev := p.prev.Nodes[name]
+		removals := recentRemovals(prev.Removals, p.now, p.cfg.FlapWindow)
 		since := prev.Since
 		if prev.InSet {
 			const msg = "node no longer exists"
-			res.Changes = append(res.Changes, Change{Name: name, Kind: Removed, Reason: OutDeleted, Message: msg})
-			res.Decisions = append(res.Decisions, Decision{Name: name, Reason: OutDeleted, Message: msg})
-			removals = append(removals, now)
-			since = now
+			out.changes = append(out.changes, Change{Name: name, Kind: Removed, Reason: OutDeleted, Message: msg})
+			out.decisions = append(out.decisions, Decision{Name: name, Reason: OutDeleted, Message: msg})
+			removals = append(removals, p.now)
+			since = p.now
 		}
 		if len(removals) > 0 {
-			res.State.Nodes[name] = NodeState{Since: since, Removals: removals}
+			out.states[name] = NodeState{Since: since, Removals: removals}
 		}
 	}
-	sort.Slice(res.Decisions, func(i, j int) bool { return res.Decisions[i].Name < res.Decisions[j].Name })
-	sort.Slice(res.Changes, func(i, j int) bool { return res.Changes[i].Name < res.Changes[j].Name })
-	return res
+	return out
 }
 
 func livenessNodes(nodes []Node) []liveness.Node {
@@ -290,86 +394,6 @@ func duplicateAddresses(nodes []Node, st State) map[string]string {
 	return out
 }
 
-// decision is one node's verdict plus, for a node in its grace period, the
-// time it becomes prunable if nothing else changes.
-type decision struct {
-	inSet   bool
-	reason  Reason
-	message string
-	pruneAt time.Time
-	// streakStart is set when the NotReady streak had no start time at all
-	// and now was used; the state keeps it so the streak does not restart.
-	streakStart time.Time
-}
-
-// decide applies the membership rules to one node, first match wins.
-func decide(cfg Config, n Node, prev NodeState, known bool, v liveness.NodeVerdict, restart, now time.Time) decision {
-	switch {
-	case !n.Address.IsValid():
-		return decision{reason: OutNoAddress, message: "no valid BGP address: nothing to peer with"}
-	case cfg.Disabled:
-		return decision{inSet: true, reason: InDisabled, message: "pruning is disabled globally: every node stays in the mesh"}
-	case n.KeepInMesh:
-		return decision{inSet: true, reason: InKeepLabel, message: fmt.Sprintf("label %s=true keeps the node in the mesh", LabelKeepInMesh)}
-	case n.Ready:
-		return decision{inSet: true, reason: InReady, message: "node is Ready"}
-	}
-
-	// NotReady from here on.
-	if known && !prev.InSet {
-		return decision{reason: OutNotReady, message: fmt.Sprintf("NotReady since %s; out of the mesh since %s", stamp(n.LastTransition), stamp(prev.Since))}
-	}
-	if v.Verdict == liveness.CutOffFromAPI || v.Veto != "" {
-		// A liar can at most keep a node in, which is upstream's full
-		// mesh; it can never take one out.
-		return decision{inSet: true, reason: InSessionUp, message: "NotReady, but not dead: " + v.Reason}
-	}
-
-	// The streak counts from rebound's own first sight of the NotReady
-	// state (never the kubelet's clock), or from when a quorum of live
-	// observers' BFD lost the node, if earlier: the API notices only after
-	// node-monitor-grace-period.
-	streakStart := v.Since
-	if v.Verdict == liveness.Dead && !v.DownSince.IsZero() && (streakStart.IsZero() || v.DownSince.Before(streakStart)) {
-		streakStart = v.DownSince
-	}
-	if known && prev.Since.After(streakStart) {
-		// Re-added after a removal: the streak cannot predate the rejoin.
-		streakStart = prev.Since
-	}
-	own := streakStart
-	if !streakStart.IsZero() && restart.After(streakStart) {
-		// NotReady through a freeze of the set, or through what may have
-		// been a full disruption this planner never saw: the grace
-		// counts from its end (see Plan).
-		streakStart = restart
-	}
-	var assumedStart time.Time
-	if streakStart.IsZero() {
-		// No transition time and never seen before: count from now, and
-		// keep it (Since) so the next run counts from the same point.
-		streakStart, assumedStart = now, now
-	}
-	removals := recentRemovals(prev.Removals, now, cfg.FlapWindow)
-	grace := cfg.PruneGrace(len(removals))
-	down := now.Sub(streakStart)
-	if down < grace {
-		msg := fmt.Sprintf("NotReady for %s, within the %s grace period (%d removals in the last %s)", down, grace, len(removals), cfg.FlapWindow)
-		if streakStart != own {
-			msg = fmt.Sprintf("NotReady for %s; the %s grace period (%d removals in the last %s) counts from %s, when the set thawed or the first node Ready now returned (every node may have been NotReady until then), and %s of it has passed",
-				now.Sub(own), grace, len(removals), cfg.FlapWindow, stamp(streakStart), down)
-		}
-		return decision{
-			inSet:       true,
-			reason:      InGracePeriod,
-			message:     msg,
-			pruneAt:     cfg.pruneTime(streakStart, removals, now),
-			streakStart: assumedStart,
-		}
-	}
-	return decision{reason: OutNotReady, message: fmt.Sprintf("NotReady for %s, past the %s grace period, and no live peer has a session with it (%s)", down, grace, v.Verdict)}
-}
-
 // bgpPort is the port published for n, from one place: the node's
 // peering.rebound.dev/bgp-port annotation (Node.Port), else the port its
 // own agent reports its BIRD listens on (any report of its own, fresh or
@@ -439,6 +463,14 @@ func stamp(t time.Time) string {
 
 func latestOf(a, b time.Time) time.Time {
 	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// earliestOf is the earlier of a and b, where zero means none.
+func earliestOf(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
 		return b
 	}
 	return a
