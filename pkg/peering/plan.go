@@ -45,7 +45,7 @@ import (
 // deterministic, and feeding Result.State back with the same input and
 // time changes nothing. A node listed twice counts once (the first).
 func Plan(in Input, now time.Time) Result {
-	p := newPlanInput(in, now)
+	p := newPlanFacts(in, now)
 	incident := trackIncident(p.nodes, p.prev, now)
 	fz := p.settleFreeze()
 	decisions := fz.decisions
@@ -90,11 +90,11 @@ func Plan(in Input, now time.Time) Result {
 	return res
 }
 
-// planInput is what every step of a plan reads, computed once from the
+// planFacts are what every step of a plan reads, computed once from the
 // input: the nodes deduplicated and sorted, the liveness verdicts, the
 // nodes a duplicate address leaves out, and the end of a full disruption
 // the nodes record.
-type planInput struct {
+type planFacts struct {
 	cfg     Config
 	nodes   []Node
 	reports []Report
@@ -108,10 +108,10 @@ type planInput struct {
 	now         time.Time
 }
 
-func newPlanInput(in Input, now time.Time) planInput {
+func newPlanFacts(in Input, now time.Time) planFacts {
 	cfg := in.Config.WithDefaults()
 	nodes := uniqueSortedNodes(in.Nodes)
-	return planInput{
+	return planFacts{
 		cfg:         cfg,
 		nodes:       nodes,
 		reports:     in.Reports,
@@ -127,7 +127,7 @@ func newPlanInput(in Input, now time.Time) planInput {
 // streaks counted from no earlier than thawedAt, and the counts the
 // freeze rule reads.
 type assessment struct {
-	decisions   []decision // by index of planInput.nodes
+	decisions   []decision // by index of planFacts.nodes
 	allNotReady bool
 	// members counts every member of this step had nobody left: the old
 	// members and those joining now, so that re-planning from the result
@@ -138,7 +138,7 @@ type assessment struct {
 	leaving, confirmed int
 }
 
-func (p planInput) assess(thawedAt time.Time) assessment {
+func (p planFacts) assess(thawedAt time.Time) assessment {
 	a := assessment{decisions: make([]decision, len(p.nodes)), allNotReady: len(p.nodes) > 0}
 	restart := latestOf(thawedAt, p.firstReturn)
 	for i, n := range p.nodes {
@@ -194,7 +194,7 @@ type freezeOutcome struct {
 // thaw, as kube-controller-manager restarts its eviction clocks when a
 // full disruption ends. Without this the first nodes back would prune
 // the rest a moment before they return.
-func (p planInput) settleFreeze() freezeOutcome {
+func (p planFacts) settleFreeze() freezeOutcome {
 	a := p.assess(p.prev.ThawedAt)
 	out := freezeOutcome{assessment: a, reason: a.freezeReason(p.cfg), thawedAt: p.prev.ThawedAt}
 	switch {
@@ -215,7 +215,7 @@ func (p planInput) settleFreeze() freezeOutcome {
 // holdForFreeze keeps in the set, in a new slice, every member the rules
 // would take out while the set is frozen for reason, except those with no
 // address or a duplicate one (nothing to peer with).
-func (p planInput) holdForFreeze(decisions []decision, reason string) []decision {
+func (p planFacts) holdForFreeze(decisions []decision, reason string) []decision {
 	out := slices.Clone(decisions)
 	for i, n := range p.nodes {
 		prev, known := p.prev.Nodes[n.Name]
@@ -228,7 +228,7 @@ func (p planInput) holdForFreeze(decisions []decision, reason string) []decision
 
 // nextNodeState is n's state after decision d, and the change to the set
 // it makes, if any.
-func (p planInput) nextNodeState(n Node, d decision) (NodeState, *Change) {
+func (p planFacts) nextNodeState(n Node, d decision) (NodeState, *Change) {
 	prev, known := p.prev.Nodes[n.Name]
 	wasIn := known && prev.InSet
 	next := NodeState{InSet: d.inSet, Since: prev.Since, Removals: recentRemovals(prev.Removals, p.now, p.cfg.FlapWindow)}
@@ -259,7 +259,7 @@ func (p planInput) nextNodeState(n Node, d decision) (NodeState, *Change) {
 }
 
 // publishedPeer is member n as the set publishes it, with its evidence.
-func (p planInput) publishedPeer(n Node, d decision) Peer {
+func (p planFacts) publishedPeer(n Node, d decision) Peer {
 	peer := Peer{Name: n.Name, Address: n.Address, Port: bgpPort(n, p.reports, p.cfg), Ready: n.Ready, ReadySince: n.LastTransition, Reason: d.reason}
 	if v := p.lv.Of(n.Name); !n.Ready {
 		// A member a live observer still has a session with is rendered
@@ -298,7 +298,7 @@ type deletedOutcome struct {
 // operator's act, not a symptom of a partition (so it never freezes the
 // set). Their removals stay on record for the flap window so that
 // deleting and re-creating a node cannot reset its damping.
-func (p planInput) deletedNodes(present map[string]bool) deletedOutcome {
+func (p planFacts) deletedNodes(present map[string]bool) deletedOutcome {
 	deleted := make([]string, 0)
 	for name := range p.prev.Nodes {
 		if !present[name] {
