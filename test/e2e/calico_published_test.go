@@ -86,7 +86,7 @@ const oldMeshOffPatch = `{"spec":{"nodeToNodeMeshEnabled":false}}`
 // sandbox's apiserver:
 //
 //   - the BGPPeer of the controller's backend (calico.BGPPeerAs, the
-//     function the controller's Calico BGPPeer publisher calls) is accepted by both, with strict field
+//     function the Calico publisher calls) is accepted by both, with strict field
 //     validation, and stored as written; the controller itself writes the
 //     same object to the API discovery picks;
 //   - the rules are live: the fields only Calico Enterprise has and the
