@@ -37,8 +37,9 @@ func (l *logLines) Write(p []byte) (int, error) {
 }
 
 // logQuiet are the slog keys a timeline leaves out: the time is the
-// event's, and controller-runtime's bookkeeping says nothing to a reader.
-var logQuiet = map[string]bool{"time": true, "controllerGroup": true, "controllerKind": true, "reconcileID": true}
+// event's, the controller is the event's subject, and controller-runtime's
+// bookkeeping says nothing to a reader.
+var logQuiet = map[string]bool{"time": true, "controller": true, "controllerGroup": true, "controllerKind": true, "reconcileID": true}
 
 // logLine shortens one slog text line to its message and attributes,
 // with the level only when it is not INFO.
@@ -48,7 +49,7 @@ func logLine(line string) string {
 	for _, f := range logFields(line) {
 		k, v, _ := strings.Cut(f, "=")
 		switch {
-		case logQuiet[k], k == "level" && v == "INFO":
+		case logQuiet[k], k == "level" && v == "INFO", v == `""`:
 		case k == "msg":
 			if u, err := strconv.Unquote(v); err == nil {
 				v = u

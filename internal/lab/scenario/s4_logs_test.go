@@ -9,9 +9,9 @@ import (
 
 func TestLogLine(t *testing.T) {
 	for line, want := range map[string]string{
-		`time=2026-01-02T03:04:05.000Z level=INFO msg="peer set published" generation=2 members=3`:                  "peer set published generation=2 members=3",
-		`time=2026-01-02T03:04:05.000Z level=WARN msg="kept \"last\" good" why="a b"`:                               `kept "last" good level=WARN why="a b"`,
-		`time=x level=INFO msg=Starting controller=peering-s4 controllerGroup="" controllerKind=Node reconcileID=1`: "Starting controller=peering-s4",
+		`time=2026-01-02T03:04:05.000Z level=INFO msg="peer set published" generation=2 members=3`:                                           "peer set published generation=2 members=3",
+		`time=2026-01-02T03:04:05.000Z level=WARN msg="kept \"last\" good" why="a b"`:                                                        `kept "last" good level=WARN why="a b"`,
+		`time=x level=INFO msg=Starting controller=peering-s4 controllerGroup="" controllerKind=Node namespace="" name=node-4 reconcileID=1`: "Starting name=node-4",
 		`not slog at all`: "not slog at all",
 	} {
 		if got := logLine(line); got != want {
