@@ -103,7 +103,9 @@ type S10Result struct {
 	// Pending lists the critical pods without a node at the end of the
 	// window: replacements beyond what fits; OnSurvivor those on node-0.
 	Pending, OnSurvivor []string
-	// AllNotReady is how long every partitioned node was NotReady at once.
+	// AllNotReady is how long every partitioned node was NotReady at once,
+	// from the API's timestamps: the last of their NotReady transitions to
+	// the first of their Ready transitions after the heal.
 	AllNotReady time.Duration
 	// Before and After map each workload to its pods' UIDs, before the
 	// partition and once every node is back; Replaced names the workloads
@@ -239,7 +241,6 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 			return res, err
 		}
 	}
-	allDown := time.Now()
 	tl.Step("%s NotReady; hold %s", strings.Join(cut, ", "), opts.Hold)
 	if err := sleep(ctx, opts.Hold); err != nil {
 		return res, err
@@ -310,7 +311,10 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 			res.OnSurvivor = append(res.OnSurvivor, p.Name)
 		}
 	}
-	res.AllNotReady = time.Since(allDown)
+	allDown, err := lastNotReady(ctx, c.Client, cut)
+	if err != nil {
+		return res, fmt.Errorf("at the window's end: %w", err)
+	}
 	tl.Step("window over: %d peer(s) removed, %d session(s) lost, %d pod(s) deleted %v, %d Pending, on %s: %v",
 		len(res.Removed), len(res.LostSessions), len(res.Deleted), res.Deleted, len(res.Pending), survivor, res.OnSurvivor)
 	stopWatch()
@@ -327,6 +331,11 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 			return res, err
 		}
 	}
+	back, err := firstReady(ctx, c.Client, cut)
+	if err != nil {
+		return res, fmt.Errorf("after the heal: %w", err)
+	}
+	res.AllNotReady = back.Sub(allDown)
 	for _, w := range workloads {
 		if err := waitAvailable(ctx, c, w, time.Minute); err != nil {
 			return res, err

@@ -99,7 +99,9 @@ type S11Lane struct {
 // S11ReporterResult is what the scenario measured.
 type S11ReporterResult struct {
 	Veto, Alone S11Lane
-	// AllNotReady is how long all eight nodes were NotReady at once.
+	// AllNotReady is how long all eight nodes were NotReady at once, from
+	// the API's timestamps: the last of their NotReady transitions to the
+	// first of their Ready transitions after the heal.
 	AllNotReady time.Duration
 }
 
@@ -195,12 +197,14 @@ func S11OneReporter(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts 
 			return res, err
 		}
 	}
-	allDown := time.Now()
 	tl.Step("all eight NotReady; hold %s", opts.Hold)
 	if err := sleep(ctx, opts.Hold); err != nil {
 		return res, err
 	}
-	res.AllNotReady = time.Since(allDown)
+	allDown, err := lastNotReady(ctx, c.Client, cut)
+	if err != nil {
+		return res, fmt.Errorf("at the hold's end: %w", err)
+	}
 	if err := writer.lastErr(); err != nil {
 		return res, fmt.Errorf("the reports: %w", err)
 	}
@@ -238,6 +242,23 @@ func S11OneReporter(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts 
 		tl.Step("%s lane: removed %v, still in %v", laneName[i], lane.Removed, lane.Reasons)
 	}
 	res.Veto, res.Alone = *lanes[0], *lanes[1]
+
+	// The heal, which ends the window in the API.
+	for _, n := range cut {
+		if err := c.StartNode(ctx, n); err != nil {
+			return res, err
+		}
+	}
+	for _, n := range cut {
+		if err := c.WaitNodeReady(ctx, n, true, c.Timings.NodeMonitorGracePeriod+time.Minute); err != nil {
+			return res, err
+		}
+	}
+	back, err := firstReady(ctx, c.Client, cut)
+	if err != nil {
+		return res, fmt.Errorf("after the heal: %w", err)
+	}
+	res.AllNotReady = back.Sub(allDown)
 	return res, nil
 }
 

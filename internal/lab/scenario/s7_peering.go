@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"rebound/internal/agent"
+	"rebound/internal/controller"
 	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/birdproc"
-	"rebound/internal/controller"
 	"rebound/internal/lab/sandbox"
 	"rebound/pkg/diagnose"
 	"rebound/pkg/peering"
@@ -75,7 +75,9 @@ type S7PeeringResult struct {
 	// the partition from its start; RemovedPeers lists peers missing.
 	MeshChanges  int
 	RemovedPeers []string
-	// AllNotReady is how long every node was NotReady at once.
+	// AllNotReady is how long every node was NotReady at once, from the
+	// API's timestamps: the last of their NotReady transitions to the
+	// first of their Ready transitions after the heal.
 	AllNotReady time.Duration
 	// Frozen and FrozenReason are what the published set said.
 	Frozen       bool
@@ -200,11 +202,14 @@ func S7ControlPlanePartitionPeering(ctx context.Context, c *sandbox.Cluster, opt
 			return res, err
 		}
 	}
-	allDown := time.Now()
 	select {
 	case <-ctx.Done():
 		return res, ctx.Err()
 	case <-time.After(opts.Hold):
+	}
+	allDown, err := lastNotReady(ctx, c.Client, c.NodeNames)
+	if err != nil {
+		return res, fmt.Errorf("at the hold's end: %w", err)
 	}
 	during, err := PublishedSet(ctx, c.Client, set)
 	if err != nil {
@@ -240,7 +245,6 @@ func S7ControlPlanePartitionPeering(ctx context.Context, c *sandbox.Cluster, opt
 			res.Diagnose = f.Cause
 		}
 	}
-	res.AllNotReady = time.Since(allDown)
 	res.SetChanges = rec.count()
 	res.DocumentWrites = rec.documentWrites()
 
@@ -255,6 +259,11 @@ func S7ControlPlanePartitionPeering(ctx context.Context, c *sandbox.Cluster, opt
 			return res, err
 		}
 	}
+	back, err := firstReady(ctx, c.Client, c.NodeNames)
+	if err != nil {
+		return res, fmt.Errorf("after the heal: %w", err)
+	}
+	res.AllNotReady = back.Sub(allDown)
 	if err := waitMembers(ctx, c, set, 30*time.Second, "the set follows health again", func(m []string) bool { return len(m) == len(c.NodeNames) }); err != nil {
 		return res, err
 	}
