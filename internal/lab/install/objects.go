@@ -3,7 +3,6 @@ package install
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,25 +15,17 @@ import (
 // that an object the apiserver refuses leaves that pass unapplied.
 func Objects(ctx context.Context, cl client.Client, objs []*unstructured.Unstructured, owner string) error {
 	var first, rest []*unstructured.Unstructured
-	var crds []string
 	for _, o := range objs {
 		switch o.GetKind() {
-		case "CustomResourceDefinition":
-			crds = append(crds, o.GetName())
-			first = append(first, o)
-		case "Namespace":
+		case "CustomResourceDefinition", "Namespace":
 			first = append(first, o)
 		default:
 			rest = append(rest, o)
 		}
 	}
+	// The real pass of the first waits for its CRDs (ApplyObjects).
 	if err := applyPass(ctx, cl, first, owner); err != nil {
 		return err
-	}
-	for _, name := range crds {
-		if err := WaitCRDEstablished(ctx, cl, name, 30*time.Second); err != nil {
-			return err
-		}
 	}
 	return applyPass(ctx, cl, rest, owner)
 }
@@ -42,14 +33,8 @@ func Objects(ctx context.Context, cl client.Client, objs []*unstructured.Unstruc
 // applyPass dry-runs every object, then applies every object.
 func applyPass(ctx context.Context, cl client.Client, objs []*unstructured.Unstructured, owner string) error {
 	for _, dryRun := range []bool{true, false} {
-		for _, o := range objs {
-			opts := []client.PatchOption{client.FieldOwner(owner), client.ForceOwnership}
-			if dryRun {
-				opts = append(opts, client.DryRunAll)
-			}
-			if err := cl.Patch(ctx, o.DeepCopy(), client.Apply, opts...); err != nil {
-				return fmt.Errorf("server-side apply (dry run %v) %s %s/%s: %w", dryRun, o.GetKind(), o.GetNamespace(), o.GetName(), err)
-			}
+		if _, err := ApplyObjects(ctx, cl, ApplyOptions{FieldManager: owner, DryRun: dryRun}, objs); err != nil {
+			return fmt.Errorf("server-side apply (dry run %v): %w", dryRun, err)
 		}
 	}
 	return nil
