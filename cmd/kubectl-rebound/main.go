@@ -3,14 +3,14 @@
 //
 //	kubectl rebound diagnose
 //
-// It runs the same diagnose command as `rebound diagnose` (pkg/diagnose),
+// It runs the same diagnose command as `rebound diagnose`
+// (internal/cli/diagnosecmd),
 // with the same flags, output and exit codes: 0 nothing blocks recovery,
 // 1 something does, 2 the cluster could not be read.
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,17 +18,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"rebound/internal/cli"
+	"rebound/internal/cli/diagnosecmd"
 	"rebound/pkg/diagnose"
+	"rebound/pkg/exitcode"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(diagnose.ExitCodeOf(err))
-	}
+	// kubectl's own "error: " prefix. An error diagnose does not mark
+	// (an unknown command of the plugin) is a usage error: exit 2, as
+	// diagnose's bad flags, never 1, which means something blocks.
+	os.Exit(exitcode.Report(os.Stderr, "error: ", err, diagnose.ExitCannotRead))
 }
 
 func newRootCommand() *cobra.Command {
@@ -46,6 +48,7 @@ Install: put the kubectl-rebound binary on PATH (go build -o ~/bin/kubectl-rebou
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(diagnose.NewCommand(), cli.NewVersionCommand())
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return diagnose.CannotRead(err) })
+	root.AddCommand(diagnosecmd.NewCommand(), cli.NewVersionCommand())
 	return root
 }

@@ -17,16 +17,21 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"rebound/pkg/exitcode"
 )
 
 func main() {
 	if len(os.Args) < 2 {
 		usage()
-		os.Exit(2)
+		os.Exit(exitcode.BadInput)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -44,13 +49,30 @@ func main() {
 	default:
 		fmt.Fprintf(os.Stderr, "rebound-bench: unknown benchmark %q\n\n", os.Args[1])
 		usage()
-		os.Exit(2)
+		os.Exit(exitcode.BadInput)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "rebound-bench:", err)
-		stop()
-		os.Exit(1)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return
 	}
+	os.Exit(exitcode.Report(os.Stderr, "rebound-bench: ", err, exitcode.Failed))
+}
+
+// parseFlags parses a benchmark's flags. A bad flag is bad input, said
+// once, in main's one line; -h prints the flags and ends with exit 0.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err != nil:
+		return exitcode.Usage(fmt.Errorf("%w (run \"rebound-bench %s -h\" for its flags)", err, fs.Name()))
+	}
+	return nil
 }
 
 func usage() {
@@ -72,5 +94,7 @@ Benchmarks:
        and with two-plane detection: death to verdict, to the endpoint off,
        to the replacement Ready; then gossip bytes per second per agent and
        death-to-quorum at 30 and 300 members. Run "rebound-bench detect -h".
+
+Exit codes: 0 measured, 1 a run failed, 2 bad input (an unknown benchmark or flag).
 `)
 }

@@ -46,7 +46,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	opts := scenario.S4ReturnOptions{NetNS: *netns, FirstNet: 1}

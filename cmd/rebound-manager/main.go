@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,16 +19,18 @@ import (
 	"rebound/internal/cli"
 	"rebound/internal/cli/agentcmd"
 	"rebound/internal/cli/controllercmd"
+	"rebound/internal/logging"
+	"rebound/pkg/exitcode"
 )
 
 func main() {
+	// Before anything can log through controller-runtime: otherwise it
+	// prints a stack trace into the user's output (see internal/logging).
+	logging.Install(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(1)
-	}
+	os.Exit(exitcode.Report(os.Stderr, "Error: ", err, exitcode.Failed))
 }
 
 func newRootCommand() *cobra.Command {
@@ -42,10 +43,13 @@ func newRootCommand() *cobra.Command {
   rebound-manager agent --node-name=$NODE_NAME ...  # the DaemonSet beside BIRD (deploy/agent)
 
 The same commands are in the operator CLI as "rebound controller" and
-"rebound agent", for runs outside the cluster with a kubeconfig.`,
+"rebound agent", for runs outside the cluster with a kubeconfig.
+
+Exit codes: 0 stopped cleanly, 1 failure, 2 bad input (a flag or an argument).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(cli.BadFlag)
 	root.AddCommand(controllercmd.NewCommand(), agentcmd.NewCommand(), cli.NewVersionCommand())
 	return root
 }

@@ -17,16 +17,14 @@ import (
 
 	"rebound/internal/cli"
 	"rebound/internal/release"
+	"rebound/pkg/exitcode"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(1)
-	}
+	os.Exit(exitcode.Report(os.Stderr, "Error: ", err, exitcode.Failed))
 }
 
 // common are the flags every subcommand shares.
@@ -67,11 +65,16 @@ func (c *common) options(cmd *cobra.Command) (release.Options, error) {
 func newRootCommand() *cobra.Command {
 	var c common
 	root := &cobra.Command{
-		Use:           "rebound-release",
-		Short:         "Build rebound's binaries, images and release artifacts from the git checkout",
+		Use:   "rebound-release",
+		Short: "Build rebound's binaries, images and release artifacts from the git checkout",
+		Long: `Build rebound's binaries, images and release artifacts from the git checkout
+(docs/release.md).
+
+Exit codes: 0 built, 1 failure, 2 bad input (a flag or an argument).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(cli.BadFlag)
 	c.register(root)
 	root.AddCommand(newLDFlagsCommand(&c), newBuildCommand(&c), newImageCommand(&c), newChartCommand(&c), newReleaseCommand(&c), newSizesCommand(&c))
 	return root

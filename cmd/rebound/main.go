@@ -6,8 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,7 +15,9 @@ import (
 	"rebound/internal/cli"
 	"rebound/internal/cli/agentcmd"
 	"rebound/internal/cli/controllercmd"
+	"rebound/internal/cli/diagnosecmd"
 	"rebound/internal/logging"
+	"rebound/pkg/exitcode"
 )
 
 func main() {
@@ -27,18 +27,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		var ec exitCoder
-		if errors.As(err, &ec) {
-			os.Exit(ec.ExitCode())
-		}
-		os.Exit(1)
-	}
+	os.Exit(exitcode.Report(os.Stderr, "Error: ", err, exitcode.Failed))
 }
-
-// exitCoder is an error that chooses the process exit code.
-type exitCoder interface{ ExitCode() int }
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -55,11 +45,15 @@ func newRootCommand() *cobra.Command {
 Start with the demo, which builds a real control plane on this machine and plays
 the failure:
 
-  rebound demo`,
+  rebound demo
+
+Exit codes: 0 success, 1 failure, 2 bad input (a flag, an argument or a file;
+nothing was done). diagnose and restore add their own (see their --help).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(cli.BadFlag)
 	root.AddCommand(labCommands()...)
-	root.AddCommand(cli.NewVersionCommand(), controllercmd.NewCommand(), agentcmd.NewCommand(), newRestoreCommand(), newBackupCommand(), newPolicyCommand(), newDiagnoseCommand())
+	root.AddCommand(cli.NewVersionCommand(), controllercmd.NewCommand(), agentcmd.NewCommand(), newRestoreCommand(), newBackupCommand(), newPolicyCommand(), diagnosecmd.NewCommand())
 	return root
 }

@@ -3,11 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"rebound/pkg/exitcode"
 )
 
 func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
@@ -32,8 +33,7 @@ func TestPolicyValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _, err = run(t, "policy", "validate", "-o", "json", bad)
-	var ec exitCoder
-	if !errors.As(err, &ec) || ec.ExitCode() != 1 {
+	if exitcode.Of(err, exitcode.OK) != 1 {
 		t.Fatalf("bad policy: err %v, want exit code 1", err)
 	}
 	var results []struct {

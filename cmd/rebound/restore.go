@@ -14,8 +14,10 @@ import (
 	"rebound/internal/cli"
 	"rebound/internal/cli/controllercmd"
 	"rebound/pkg/etcdsnapshot"
+	"rebound/pkg/rescue"
 	"rebound/pkg/restore"
 	"rebound/pkg/stopswitch"
+	"rebound/pkg/zone"
 )
 
 func newRestoreCommand() *cobra.Command {
@@ -102,15 +104,16 @@ func (s *selectionFlags) load() (restore.Selection, error) {
 
 func newRestoreBringupCommand() *cobra.Command {
 	var (
-		kube        *cli.KubeFlags
-		sel         selectionFlags
-		base        time.Duration
-		perNode     time.Duration
-		replacement time.Duration
-		dryRun      bool
-		stopSwitch  string
-		ignoreSusp  bool
-		out         outputFlag
+		kube       *cli.KubeFlags
+		sel        selectionFlags
+		base       time.Duration
+		perNode    time.Duration
+		defaults   rescue.Defaults
+		zones      zone.Config
+		dryRun     bool
+		stopSwitch string
+		ignoreSusp bool
+		out        outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "bringup",
@@ -130,6 +133,8 @@ func newRestoreBringupCommand() *cobra.Command {
     whose Lease (kube-node-lease) is seen renewing during the bring-up;
   * sends replacements only to such live nodes: a node Ready in the restored status
     whose Lease does not renew is no target (progress says which nodes it waits on);
+  * reads the zone state as kube-controller-manager computes it: set the zone flags
+    to its values, as for rebound controller and rebound diagnose;
   * gives up at a deadline of --timeout-base + --timeout-per-node x nodes.
 
 It honours the controller's stop switch: while the ConfigMap --stop-switch exists it
@@ -139,8 +144,8 @@ Leases for up to half a Lease duration, so the plan they print has the real targ
 
 Deadline defaults: --timeout-base 3m covers kube-controller-manager's
 --node-monitor-grace-period (50s by default: until then a dead node still looks
-Ready and its pods cannot be told stranded), the 60s --replacement-timeout before
-the scale-bounce fallback, and starting the replacements. --timeout-per-node 5s
+Ready and its pods cannot be told stranded), the --replacement-timeout (60s, the
+controller's) before the scale-bounce fallback, and starting the replacements. --timeout-per-node 5s
 covers what grows with the cluster: more NotReady nodes and stranded pods, DaemonSet
 pods on every node, a restored apiserver and scheduler with more to work through
 (the seed's fix scaled its wait by node count the same way): 3m25s for 5 nodes,
@@ -169,8 +174,11 @@ switch is pulled, or the policy is suspended.`,
 			if err := deadline.Validate(); err != nil {
 				return restore.BadInput(err)
 			}
-			if replacement <= 0 {
-				return restore.BadInputf("--replacement-timeout must be positive, got %s", replacement)
+			if defaults.ReplacementTimeout <= 0 {
+				return restore.BadInputf("--replacement-timeout must be positive, got %s", defaults.ReplacementTimeout)
+			}
+			if err := zones.Validate(); err != nil {
+				return restore.BadInput(err)
 			}
 			stop, err := parseStopSwitch(stopSwitch)
 			if err != nil {
@@ -195,7 +203,8 @@ switch is pulled, or the policy is suspended.`,
 				Selection:          selection,
 				Deadline:           deadline,
 				DryRun:             dryRun,
-				ReplacementTimeout: replacement,
+				ReplacementTimeout: defaults.ReplacementTimeout,
+				ZoneConfig:         zones,
 				Progress:           progress,
 				StopSwitch:         stop,
 				IgnoreSuspend:      ignoreSusp,
@@ -220,7 +229,8 @@ switch is pulled, or the policy is suspended.`,
 	sel.register(cmd)
 	f.DurationVar(&base, "timeout-base", restore.DefaultTimeoutBase, "deadline base (see above)")
 	f.DurationVar(&perNode, "timeout-per-node", restore.DefaultTimeoutPerNode, "deadline added per node of the cluster (see above)")
-	f.DurationVar(&replacement, "replacement-timeout", 60*time.Second, "how long a deleted pod's replacement may take before the Deployment is scaled to 0 and back")
+	cli.AddReplacementTimeoutFlag(f, &defaults)
+	cli.AddZoneFlags(f, &zones)
 	f.BoolVar(&dryRun, "dry-run", false, "read the cluster (until the Ready nodes' Leases are seen renewing, bounded), print the zone state, stranded pods and the actions that would be taken; change nothing")
 	f.StringVar(&stopSwitch, "stop-switch", controllercmd.DefaultNamespace+"/"+stopswitch.DefaultName, "the controller's stop switch, NAMESPACE/NAME of a ConfigMap (NAME alone: in "+controllercmd.DefaultNamespace+"): while it exists nothing is changed and the exit code is 4; empty disables the check")
 	f.BoolVar(&ignoreSusp, "ignore-suspend", false, "act even though the --policy file has spec.suspend: true (refused otherwise, exit 4)")

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"rebound/internal/controller"
+	"rebound/pkg/exitcode"
 	"rebound/pkg/stopswitch"
 )
 
@@ -43,8 +43,7 @@ func TestRestoreBringupSafetyFlags(t *testing.T) {
 		t.Fatalf("--ignore-suspend = %v, want a flag off by default", f)
 	}
 	_, _, err := run(t, "restore", "bringup", "--workload", "kube-system/deployment/coredns", "--stop-switch", "a/b/c", "--kubeconfig", "/nonexistent")
-	var ec exitCoder
-	if !errors.As(err, &ec) || ec.ExitCode() != 2 || !strings.Contains(err.Error(), "--stop-switch") {
+	if exitcode.Of(err, exitcode.OK) != 2 || !strings.Contains(err.Error(), "--stop-switch") {
 		t.Errorf("bad --stop-switch: err %v, want exit 2 naming the flag", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"rebound/pkg/exitcode"
 )
 
 // Output is the -o/--output flag of every command that prints a result:
@@ -52,3 +54,8 @@ func (o *Output) Print(w io.Writer, v any, text func() string) error {
 	_, err := io.WriteString(w, text())
 	return err
 }
+
+// BadFlag is the flag error function of every binary's root command
+// (cobra hands it down to the subcommands that set none): a mistyped
+// flag is bad input, exit code 2 (pkg/exitcode), not a failure.
+func BadFlag(_ *cobra.Command, err error) error { return exitcode.Usage(err) }

@@ -29,7 +29,6 @@ import (
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
-	"rebound/pkg/policyfile"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
 )
@@ -41,7 +40,8 @@ type Extra struct {
 	StatefulSets []*appsv1.StatefulSet
 	DaemonSets   []*appsv1.DaemonSet
 	// BuiltInPolicy says that the RecoveryPolicy CRD is not installed and
-	// Snapshot.Policies holds DefaultPolicy() in its place.
+	// Snapshot.Policies holds the default policy deploy/ ships
+	// (policyfile.Default) in its place.
 	BuiltInPolicy bool
 	// Warnings from gathering, reported as they are.
 	Warnings []string
@@ -58,16 +58,6 @@ type Extra struct {
 	PeeringReports []peering.Report
 	// PeerSet is the published set document, nil when there is none.
 	PeerSet *peering.PeerSet
-}
-
-// DefaultPolicy is the policy diagnose assumes when the RecoveryPolicy CRD
-// is not installed: deploy/policy/default-recoverypolicy.yaml (the
-// kube-system and rebound-system pods of priority class
-// system-cluster-critical or system-node-critical, rescued after 30 s).
-func DefaultPolicy() *v1alpha1.RecoveryPolicy {
-	// One source: the policy deploy/ ships, parsed and defaulted as the
-	// apiserver would (pkg/policyfile).
-	return policyfile.Default()
 }
 
 // everyPodPolicy selects every pod. A second plan under it gives the

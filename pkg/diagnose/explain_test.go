@@ -14,6 +14,7 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/liveness"
+	"rebound/pkg/policyfile"
 	"rebound/pkg/rescue"
 )
 
@@ -541,7 +542,7 @@ func TestExplainReusesThePlanner(t *testing.T) {
 // TestEveryPodPolicyIsValid: the helper policy that gives upstream's answer
 // for non-critical pods must compile, or it would silently select nothing.
 func TestEveryPodPolicyIsValid(t *testing.T) {
-	for _, p := range []*v1alpha1.RecoveryPolicy{everyPodPolicy(), DefaultPolicy()} {
+	for _, p := range []*v1alpha1.RecoveryPolicy{everyPodPolicy(), policyfile.Default()} {
 		if errs := p.Validate(); len(errs) > 0 {
 			t.Errorf("%s: %v", p.Name, errs)
 		}

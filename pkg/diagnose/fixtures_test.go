@@ -13,6 +13,7 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/peering"
+	"rebound/pkg/policyfile"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
 )
@@ -181,7 +182,7 @@ func (w *world) daemonSet(name string, available int32, nodes ...string) {
 // policy adds the default policy (kube-system, system-cluster-critical or
 // system-node-critical, 30 s).
 func (w *world) policy(mutate ...func(*v1alpha1.RecoveryPolicy)) {
-	p := DefaultPolicy()
+	p := policyfile.Default()
 	for _, m := range mutate {
 		m(p)
 	}

@@ -25,6 +25,7 @@ import (
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
+	"rebound/pkg/policyfile"
 	"rebound/pkg/rescue"
 )
 
@@ -47,7 +48,8 @@ const pageSize = 500
 // Gather lists, cluster-wide and read-only, everything Explain reads:
 // nodes, pods, namespaces, PVCs, ReplicaSets, Deployments, StatefulSets,
 // DaemonSets and RecoveryPolicies. Without the RecoveryPolicy CRD it uses
-// DefaultPolicy and says so in Extra. Any other failure is an *Error whose
+// the default policy deploy/ ships (policyfile.Default) and says so in
+// Extra. Any other failure is an *Error whose
 // one-line message says what is wrong (API unreachable, credentials
 // rejected, a list not allowed) and what to do.
 func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Extra, error) {
@@ -111,7 +113,7 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 	s.Policies, err = listPolicies(ctx, c)
 	switch {
 	case apierrors.IsNotFound(err):
-		def := DefaultPolicy()
+		def := policyfile.Default()
 		s.Policies = []*v1alpha1.RecoveryPolicy{def}
 		x.BuiltInPolicy = true
 		x.Warnings = append(x.Warnings, fmt.Sprintf("the RecoveryPolicy CRD (recoverypolicies.rebound.dev) is not installed: diagnose assumes the built-in default policy (%s, maxUnavailableTime %s)",
@@ -294,7 +296,3 @@ func noAnswer(err error, timeout time.Duration) string {
 // Error is a failure that ends diagnose with an exit code other than 0:
 // the message is one line that says what was wrong and what to do.
 type Error = exitcode.Error
-
-// ExitCodeOf returns the exit code for an error of Run or of the command:
-// 0 for nil, the code of an *Error, ExitCannotRead otherwise (a bad flag).
-func ExitCodeOf(err error) int { return exitcode.Of(err, ExitCannotRead) }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 
+	"rebound/pkg/exitcode"
 	"rebound/pkg/zone"
 )
 
@@ -111,8 +112,8 @@ func TestGatherForbiddenIsOneLine(t *testing.T) {
 			if err == nil || err.Error() != tc.want {
 				t.Fatalf("error = %v, want %q", err, tc.want)
 			}
-			if ExitCodeOf(err) != ExitCannotRead {
-				t.Errorf("exit code %d, want %d", ExitCodeOf(err), ExitCannotRead)
+			if exitcode.Of(err, exitcode.Failed) != ExitCannotRead {
+				t.Errorf("exit code %d, want %d", exitcode.Of(err, exitcode.Failed), ExitCannotRead)
 			}
 		})
 	}
@@ -178,7 +179,7 @@ func TestRunCannotRead(t *testing.T) {
 }
 
 func TestRunRejectsBadConfiguration(t *testing.T) {
-	_, code, err := Run(context.Background(), Options{Kubeconfig: "/does/not/exist"})
+	_, code, err := Run(context.Background(), Options{})
 	if code != ExitCannotRead || err == nil || !strings.Contains(err.Error(), "no Kubernetes API to talk to") {
 		t.Errorf("code %d, error %v", code, err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"rebound/pkg/etcdsnapshot"
 	"rebound/pkg/kubestatus"
+	"rebound/pkg/policyfile"
 )
 
 // BackupOptions describe one backup.
@@ -28,7 +29,7 @@ type BackupOptions struct {
 	// EtcdPrefix is kube-apiserver's --etcd-prefix; "" means /registry.
 	EtcdPrefix string
 	// Client, when set, is used to record the essential workloads found
-	// (Selection; DefaultPolicy when empty) and where their pods run.
+	// (Selection; policyfile.Default when empty) and where their pods run.
 	Client    kubernetes.Interface
 	Selection Selection
 	// Now is the clock; nil means time.Now.
@@ -99,7 +100,7 @@ func Backup(ctx context.Context, opts BackupOptions) (*Metadata, error) {
 		sel := opts.Selection
 		explicit := sel.Policy != nil || len(sel.Workloads) > 0
 		if !explicit {
-			sel.Policy = DefaultPolicy()
+			sel.Policy = policyfile.Default()
 		}
 		refs, err := Resolve(ctx, opts.Client, sel)
 		switch {

@@ -124,6 +124,10 @@ func newBringup(ctx context.Context, opts Options) (*bringup, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Second
 	}
+	// The planner's own defaults, set here so that the progress and the
+	// result show the values planned with.
+	opts.ZoneConfig = opts.ZoneConfig.WithDefaults()
+	opts.ReplacementTimeout = rescue.Defaults{ReplacementTimeout: opts.ReplacementTimeout}.WithDefaults().ReplacementTimeout
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

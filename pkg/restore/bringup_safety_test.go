@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"rebound/pkg/policyfile"
 	"rebound/pkg/rescue"
 	"rebound/pkg/stopswitch"
 )
@@ -226,7 +227,7 @@ func TestBringupHonoursStopSwitch(t *testing.T) {
 // (exit 4, nothing read or changed) unless --ignore-suspend; a dry run
 // plans it and warns.
 func TestBringupRefusesSuspendedPolicy(t *testing.T) {
-	suspended := DefaultPolicy()
+	suspended := policyfile.Default()
 	suspended.Spec.Suspend = true
 	newClient := func() *fake.Clientset {
 		objs := strandedDeployment()

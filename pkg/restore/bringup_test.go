@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"rebound/pkg/policyfile"
 	"rebound/pkg/rescue"
 )
 
@@ -288,11 +289,11 @@ func TestBringupPolicySelectsWorkloadsByTemplate(t *testing.T) {
 	other := deployment(1)
 	other.Name, other.UID = "web", "d-web"
 	client := cluster(node("node-3", false), append(objs, other)...)
-	refs, err := Resolve(context.Background(), client, Selection{Policy: DefaultPolicy()})
+	refs, err := Resolve(context.Background(), client, Selection{Policy: policyfile.Default()})
 	if err != nil || len(refs) != 1 || refs[0] != coredns {
 		t.Fatalf("Resolve(default policy) = %v, %v; want coredns only", refs, err)
 	}
-	empty := DefaultPolicy()
+	empty := policyfile.Default()
 	empty.Spec.Critical.PriorityClassNames = []string{"nothing-has-this"}
 	if _, err := Resolve(context.Background(), client, Selection{Policy: empty}); ExitCodeOf(err) != ExitBadInput || !strings.Contains(err.Error(), "selects no") {
 		t.Errorf("policy selecting nothing: err %v", err)

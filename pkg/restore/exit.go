@@ -11,13 +11,13 @@ import (
 const (
 	// ExitOK: every essential workload is available (or the dry run, the
 	// backup, the etcd restore succeeded).
-	ExitOK = 0
+	ExitOK = exitcode.OK
 	// ExitFailed: anything else went wrong (API unreachable, I/O error).
-	ExitFailed = 1
+	ExitFailed = exitcode.Failed
 	// ExitBadInput: bad flags or files, an unknown workload, a snapshot that
 	// is corrupt, truncated or not a snapshot, a non-empty target. Nothing
 	// was changed.
-	ExitBadInput = 2
+	ExitBadInput = exitcode.BadInput
 	// ExitTimeout: the deadline passed with some workload still not
 	// available.
 	ExitTimeout = 3

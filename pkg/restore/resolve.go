@@ -24,10 +24,6 @@ type Selection struct {
 	Workloads []WorkloadRef
 }
 
-// DefaultPolicy is deploy/policy/default-recoverypolicy.yaml, as the
-// apiserver stores it.
-func DefaultPolicy() *v1alpha1.RecoveryPolicy { return policyfile.Default() }
-
 // ParsePolicy reads a RecoveryPolicy file as `rebound policy validate`
 // does (the apiserver's verdict); any error is bad input.
 func ParsePolicy(data []byte, source string) (*v1alpha1.RecoveryPolicy, error) {

@@ -3,6 +3,8 @@ package restore
 import (
 	"strings"
 	"testing"
+
+	"rebound/pkg/policyfile"
 )
 
 func TestParseWorkloadRef(t *testing.T) {
@@ -82,7 +84,7 @@ func TestPlanningPolicy(t *testing.T) {
 	}
 	// A policy file lends its actions, fencing and limits; a restore acts
 	// at once and ignores suspend, but keeps its dryRun.
-	base := DefaultPolicy()
+	base := policyfile.Default()
 	base.Spec.Suspend, base.Spec.DryRun = true, true
 	base.Spec.Limits.MaxConcurrent = 2
 	p, err = planningPolicy(base, refs, false)

@@ -20,14 +20,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/internal/agent"
-	"rebound/internal/lab/birdlab"
-	"rebound/internal/testing/birdtest"
+	"rebound/internal/cli"
 	"rebound/internal/controller"
+	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/testing/birdtest"
 	"rebound/pkg/diagnose"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
@@ -38,6 +40,19 @@ import (
 // plugin binary, against the sandbox in the situations of S1, S4 and S5.
 // rebound's controller does not run: diagnose must name the cause and what
 // rebound would do, from the cluster alone.
+
+// kubeconfigREST reads a kubeconfig file, as the diagnose command does
+// with --kubeconfig, for the in-process runs.
+func kubeconfigREST(t *testing.T, path string) *rest.Config {
+	t.Helper()
+	k := cli.NewKubeFlags()
+	k.KubeConfig = path
+	cfg, err := k.RESTConfig("rebound-diagnose")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
 
 var (
 	pluginOnce sync.Once
@@ -101,7 +116,7 @@ func bindDiagnoseRole(ctx context.Context, t *testing.T, c *sandbox.Cluster, cl 
 	}
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, _, last = diagnose.Run(ctx, diagnose.Options{Kubeconfig: c.ReboundKubeconfig})
+		_, _, last = diagnose.Run(ctx, diagnose.Options{Config: kubeconfigREST(t, c.ReboundKubeconfig)})
 		return last == nil, nil
 	})
 	if err != nil {
@@ -179,7 +194,7 @@ current-context: gone
 	}
 	want := "cannot reach the Kubernetes API at " + server + ": connection refused"
 
-	_, code, err := diagnose.Run(ctx, diagnose.Options{Kubeconfig: kubeconfig})
+	_, code, err := diagnose.Run(ctx, diagnose.Options{Config: kubeconfigREST(t, kubeconfig)})
 	if code != diagnose.ExitCannotRead || err == nil || err.Error() != want {
 		t.Errorf("in-process: code %d, error %v; want %d and %q", code, err, diagnose.ExitCannotRead, want)
 	}
@@ -207,7 +222,7 @@ func TestDiagnoseTooFewRights(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	want := `not allowed to list nodes cluster-wide as user "rebound": grant the rebound-diagnose ClusterRole (deploy/rbac)`
 
-	_, code, err := diagnose.Run(ctx, diagnose.Options{Kubeconfig: c.ReboundKubeconfig})
+	_, code, err := diagnose.Run(ctx, diagnose.Options{Config: kubeconfigREST(t, c.ReboundKubeconfig)})
 	if code != diagnose.ExitCannotRead || err == nil || err.Error() != want {
 		t.Errorf("in-process: code %d, error %v; want %d and %q", code, err, diagnose.ExitCannotRead, want)
 	}
@@ -262,7 +277,7 @@ func TestDiagnoseS1(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	opts := diagnose.Options{Kubeconfig: c.ReboundKubeconfig}
+	opts := diagnose.Options{Config: kubeconfigREST(t, c.ReboundKubeconfig)}
 	start := time.Now()
 	r, code := diagnoseUntil(ctx, t, opts, 90*time.Second, "the critical pod stranded (maxUnavailableTime 30s)", func(r diagnose.Report) bool {
 		cp := criticalPod(r, "kube-system", "calico-kube-controllers")
@@ -415,7 +430,7 @@ func TestDiagnoseS4(t *testing.T) {
 	}
 	startAgent(t, c, lab, b, agentOpts)
 
-	opts := diagnose.Options{Config: c.Config, Peering: peering.Config{PruneGracePeriod: grace}, SessionReportMaxAge: 6 * time.Second}
+	opts := diagnose.Options{Config: c.Config, Peering: peering.Config{PruneGracePeriod: grace, Evidence: peering.EvidenceOptions{ReportMaxAge: 6 * time.Second}}}
 	r, code := diagnoseUntil(ctx, t, opts, grace, "B's BIRD waiting for the dead C, still in the set", func(r diagnose.Report) bool {
 		return slices.ContainsFunc(r.Findings, func(f diagnose.Finding) bool {
 			return f.Kind == "BGPPeerWait" && f.Object == "Node "+b.Name && strings.Contains(f.Cause, "no session with "+cc.Name)

@@ -1,36 +1,27 @@
-package main
+package diagnosecmd
 
 import (
 	"bytes"
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"rebound/pkg/exitcode"
 )
 
-// runDiagnose runs newDiagnoseCommand on its own (main.go registers it).
+// runDiagnose runs the command on its own, as rebound and kubectl-rebound
+// register it.
 func runDiagnose(t *testing.T, args ...string) (stdout string, err error) {
 	t.Helper()
-	cmd := newDiagnoseCommand()
+	cmd := NewCommand()
 	var o, e bytes.Buffer
 	cmd.SetOut(&o)
 	cmd.SetErr(&e)
 	cmd.SetArgs(args)
 	err = cmd.ExecuteContext(t.Context())
 	return o.String(), err
-}
-
-func exitCodeOf(err error) int {
-	var ec exitCoder
-	if errors.As(err, &ec) {
-		return ec.ExitCode()
-	}
-	if err != nil {
-		return 1
-	}
-	return 0
 }
 
 func TestDiagnoseHelpTeaches(t *testing.T) {
@@ -46,7 +37,7 @@ func TestDiagnoseHelpTeaches(t *testing.T) {
 }
 
 // TestDiagnoseExitCodes: what cannot be looked at ends with exit code 2
-// and one line, through main's exitCoder.
+// and one line, carried by the error (pkg/exitcode).
 func TestDiagnoseExitCodes(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -75,11 +66,32 @@ current-context: c
 	}
 	for _, tc := range cases {
 		out, err := runDiagnose(t, tc.args...)
-		if code := exitCodeOf(err); code != 2 || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+		if code := exitcode.Of(err, exitcode.Failed); code != 2 || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: exit code %d, error %v; want 2 and one line with %q", tc.args, code, err, tc.want)
 		}
 		if out != "" {
 			t.Errorf("%v: printed %q on stdout, want nothing", tc.args, out)
+		}
+	}
+}
+
+// TestDiagnoseDeprecatedFlags: diagnose's former names of the peering
+// settings still parse, and say what to use instead.
+func TestDiagnoseDeprecatedFlags(t *testing.T) {
+	cmd := NewCommand()
+	var o, e bytes.Buffer
+	cmd.SetOut(&o)
+	cmd.SetErr(&e)
+	cmd.SetArgs([]string{"--prune-grace-period", "7s", "--session-report-max-age", "9s", "-o", "xml"})
+	_ = cmd.ExecuteContext(t.Context()) // fails on -o xml, after parsing
+	for _, want := range []string{"--prune-grace-period has been deprecated, use --peering-prune-grace-period", "--session-report-max-age has been deprecated, use --peering-report-max-age"} {
+		if !strings.Contains(o.String()+e.String(), want) {
+			t.Errorf("output %q lacks %q", o.String()+e.String(), want)
+		}
+	}
+	for name, want := range map[string]string{"peering-prune-grace-period": "7s", "peering-report-max-age": "9s"} {
+		if got := cmd.Flags().Lookup(name).Value.String(); got != want {
+			t.Errorf("--%s = %s, want %s", name, got, want)
 		}
 	}
 }
