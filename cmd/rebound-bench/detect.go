@@ -165,7 +165,7 @@ func detectS13(ctx context.Context, bin string, fast, keep bool) error {
 	if err := install.DetectionFor(ctx, cl, "rebound-bench", sandbox.ReboundUser); err != nil {
 		return err
 	}
-	if err := scenario.ApplyManifest(ctx, cl, []byte(scenario.S13Policy), "rebound-bench"); err != nil {
+	if _, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-bench"}, []byte(scenario.S13Policy)); err != nil {
 		return err
 	}
 	ctl, err := scale.StartController(with, bin, "rebound-controller", "--lease-plane", "--mark-pods-not-ready-early")

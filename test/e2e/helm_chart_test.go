@@ -24,9 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/api/v1alpha1"
-	"rebound/internal/testing/chartrender"
+	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/testing/chartrender"
 )
 
 const chartPath = "charts/rebound"
@@ -154,34 +155,30 @@ func checkGossipConfinement(ctx context.Context, t *testing.T, c *sandbox.Cluste
 	}
 }
 
-// installChart renders the chart with values and applies it server-side:
-// the CRD and the namespace first (the rest needs them), a dry run of
-// everything, then everything.
+// installChart renders the chart with values and applies it server-side
+// as `helm install` orders it (install.Objects): the CRD and the
+// namespace first (the rest needs them), each pass dry-run in full before
+// it is stored.
 func installChart(ctx context.Context, t *testing.T, cl client.Client, values map[string]any) []*unstructured.Unstructured {
 	t.Helper()
 	objs, err := chartrender.Render(repoPath(chartPath), chartrender.Options{Values: values})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var first []*unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Namespace" {
-			first = append(first, o)
-		}
+	if err := install.Objects(ctx, cl, objs, "helm-e2e"); err != nil {
+		t.Fatal(err)
 	}
-	applyChart(ctx, t, cl, first, true)
-	applyChart(ctx, t, cl, first, false)
-	waitCRDEstablished(ctx, t, cl, "recoverypolicies.rebound.dev")
-	applyChart(ctx, t, cl, objs, true)
-	applyChart(ctx, t, cl, objs, false)
 	return objs
 }
 
-// applyChart server-side applies rendered objects (dryRun: validated and
-// defaulted by the apiserver, stored nowhere). Kinds the apiserver does
-// not serve (prometheus-operator's) are left out of a dry run only.
+// applyChart server-side applies rendered objects (install.ApplyObjects;
+// dryRun: validated and defaulted by the apiserver, stored nowhere).
+// Kinds the apiserver does not serve (prometheus-operator's), and objects
+// whose namespace or CRD only the real apply brings, are left out of a
+// dry run only.
 func applyChart(ctx context.Context, t *testing.T, cl client.Client, objs []*unstructured.Unstructured, dryRun bool) {
 	t.Helper()
+	var apply []*unstructured.Unstructured
 	for _, o := range objs {
 		if dryRun && o.GetAPIVersion() == "monitoring.coreos.com/v1" {
 			continue
@@ -196,14 +193,10 @@ func applyChart(ctx context.Context, t *testing.T, cl client.Client, objs []*uns
 				continue // the CRD comes with the real apply
 			}
 		}
-		obj := o.DeepCopy()
-		opts := []client.PatchOption{client.FieldOwner("helm-e2e"), client.ForceOwnership}
-		if dryRun {
-			opts = append(opts, client.DryRunAll)
-		}
-		if err := cl.Patch(ctx, obj, client.Apply, opts...); err != nil {
-			t.Fatalf("server-side apply (dry run %v) %s: %v", dryRun, chartrender.Key(o), err)
-		}
+		apply = append(apply, o)
+	}
+	if _, err := install.ApplyObjects(ctx, cl, install.ApplyOptions{FieldManager: "helm-e2e", DryRun: dryRun}, apply); err != nil {
+		t.Fatalf("server-side apply (dry run %v): %v", dryRun, err)
 	}
 }
 

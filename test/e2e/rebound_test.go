@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,12 +13,9 @@ import (
 	"testing"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"rebound/internal/controller"
 	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
 )
@@ -50,11 +45,7 @@ func repoPath(rel string) string { return filepath.Join("..", "..", rel) }
 // set-up and checks.
 func newClient(t *testing.T, c *sandbox.Cluster) client.Client {
 	t.Helper()
-	scheme := controller.Scheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(c.Config, client.Options{Scheme: scheme})
+	cl, err := install.NewClient(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +53,8 @@ func newClient(t *testing.T, c *sandbox.Cluster) client.Client {
 }
 
 // applyFiles server-side applies every object of the YAML files, as
-// `kubectl apply --server-side` would. With dryRun the apiserver validates
-// and defaults everything but stores nothing.
+// `kubectl apply --server-side` would (install.Apply). With dryRun the
+// apiserver validates and defaults everything but stores nothing.
 func applyFiles(ctx context.Context, t *testing.T, cl client.Client, dryRun bool, files ...string) []*unstructured.Unstructured {
 	t.Helper()
 	var applied []*unstructured.Unstructured
@@ -72,26 +63,11 @@ func applyFiles(ctx context.Context, t *testing.T, cl client.Client, dryRun bool
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			var obj unstructured.Unstructured
-			if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if len(obj.Object) == 0 || obj.GetKind() == "Kustomization" {
-				continue
-			}
-			opts := []client.PatchOption{client.FieldOwner("rebound-e2e"), client.ForceOwnership}
-			if dryRun {
-				opts = append(opts, client.DryRunAll)
-			}
-			if err := cl.Patch(ctx, &obj, client.Apply, opts...); err != nil {
-				t.Fatalf("server-side apply %s %s from %s: %v", obj.GetKind(), obj.GetName(), f, err)
-			}
-			applied = append(applied, &obj)
+		objs, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-e2e", DryRun: dryRun}, data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
 		}
+		applied = append(applied, objs...)
 	}
 	return applied
 }

@@ -205,7 +205,8 @@ func s13Negative(t *testing.T, a scenario.GossipAgentOptions, fail func(context.
 func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a scenario.GossipAgentOptions) map[string]*scenario.GossipAgent {
 	t.Helper()
 	cl := installRebound(ctx, t, c)
-	must(t, scenario.ApplyManifest(ctx, cl, []byte(scenario.S13Policy), "rebound-e2e"))
+	_, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-e2e"}, []byte(scenario.S13Policy))
+	must(t, err)
 	must(t, install.DetectionFor(ctx, cl, "rebound-e2e", sandbox.ReboundUser))
 	startController(t, c, "--lease-plane", "--mark-pods-not-ready-early")
 	a.Binary = reboundBinary

@@ -351,7 +351,7 @@ func runS1(ctx context.Context, env *runEnv) ([]Lane, error) {
 	ctrlCtx, stopController := context.WithCancel(ctx)
 	defer stopController()
 	with := clusters[1]
-	if err := installRebound(ctx, with.Config); err != nil {
+	if err := installPolicy(ctx, with.Config); err != nil {
 		return nil, fmt.Errorf("install rebound in the sandbox: %w", err)
 	}
 	if err := startController(ctrlCtx, with); err != nil {

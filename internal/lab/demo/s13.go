@@ -42,7 +42,7 @@ func runS13(ctx context.Context, env *runEnv) ([]Lane, error) {
 	if err := install.DetectionFor(ctx, cl, "rebound-demo", sandbox.ReboundUser); err != nil {
 		return nil, err
 	}
-	if err := scenario.ApplyManifest(ctx, cl, []byte(scenario.S13Policy), "rebound-demo"); err != nil {
+	if _, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-demo"}, []byte(scenario.S13Policy)); err != nil {
 		return nil, err
 	}
 	ctl, err := scale.StartController(with, bin, "rebound-controller", "--lease-plane", "--mark-pods-not-ready-early")

@@ -23,7 +23,6 @@ import (
 	"rebound/internal/agent"
 	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
-	"rebound/internal/lab/scenario"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -52,10 +51,7 @@ func MeasurePeering(ctx context.Context, c *sandbox.Cluster, bin string, window 
 	if err != nil {
 		return res, err
 	}
-	if err := scenario.ApplyManifest(ctx, cl, deploy.PeeringReportCRD, "rebound-scale"); err != nil {
-		return res, err
-	}
-	if err := install.WaitCRDEstablished(ctx, cl, "peeringreports.rebound.dev", 30*time.Second); err != nil {
+	if _, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-scale"}, deploy.PeeringReportCRD); err != nil {
 		return res, err
 	}
 	// Calico's address annotation makes every node a BGP node.

@@ -25,8 +25,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
-	"rebound/internal/lab/scenario"
 )
 
 // VictimLabel marks the nodes that die in the rescue; the rescued
@@ -362,7 +362,7 @@ spec:
     maxConcurrent: 100
     maxActionsPerMinute: 1000
 `, ns, ns, o.MaxUnavailable)
-		if err := scenario.ApplyManifest(ctx, cl, []byte(policy), "rebound-scale"); err != nil {
+		if _, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-scale"}, []byte(policy)); err != nil {
 			return err
 		}
 	}

@@ -4,69 +4,42 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	"rebound/deploy"
 	"rebound/internal/agent"
-	"rebound/internal/lab/birdlab"
 	"rebound/internal/controller"
+	"rebound/internal/lab/birdlab"
+	"rebound/internal/lab/install"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
 )
 
-// EnsurePeeringReportCRD installs the PeeringReport CRD (deploy/crd,
-// embedded) if it is missing and waits until the API server serves it:
-// the peering controller watches PeeringReports and the agents write them.
+// EnsurePeeringReportCRD applies the PeeringReport CRD (deploy/crd,
+// embedded) and waits until the API server serves it: the peering
+// controller watches PeeringReports and the agents write them.
 func EnsurePeeringReportCRD(ctx context.Context, cfg *rest.Config) error {
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.UnmarshalStrict(deploy.PeeringReportCRD, &crd); err != nil {
-		return fmt.Errorf("PeeringReport CRD manifest: %w", err)
-	}
-	cs, err := apiextensionsclient.NewForConfig(cfg)
+	cl, err := install.NewClient(cfg)
 	if err != nil {
 		return err
 	}
-	crds := cs.ApiextensionsV1().CustomResourceDefinitions()
-	if _, err := crds.Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create the PeeringReport CRD: %w", err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := crds.Get(ctx, crd.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil //nolint:nilerr // poll until the deadline
-		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("PeeringReport CRD not established: %w", err)
-	}
-	return nil
+	_, err = install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-lab"}, deploy.PeeringReportCRD)
+	return err
 }
 
 // PeeringController is a peering reconciler running in-process against a

@@ -17,11 +17,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/deploy"
 	"rebound/internal/agent"
-	"rebound/internal/controller"
+	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
@@ -40,16 +39,12 @@ const RejoinServiceAccount = "rebound-rejoin"
 // and ValidatingAdmissionPolicy from deploy/ (not its DaemonSet: the tests
 // run the agent as a process).
 func InstallRejoin(ctx context.Context, cfg *rest.Config) error {
-	cl, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	cl, err := install.NewClient(cfg)
 	if err != nil {
 		return err
 	}
-	for _, m := range [][]byte{deploy.AgentNamespace, deploy.RejoinRBAC, deploy.RejoinAdmission} {
-		if err := ApplyManifest(ctx, cl, m, "rebound-s12"); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-s12"}, deploy.AgentNamespace, deploy.RejoinRBAC, deploy.RejoinAdmission)
+	return err
 }
 
 // RejoinToken creates a pod of the rejoin agent's ServiceAccount bound to

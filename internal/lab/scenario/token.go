@@ -10,10 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/deploy"
-	"rebound/internal/controller"
+	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
 )
 
@@ -66,19 +65,13 @@ func NodeBoundToken(ctx context.Context, c *sandbox.Cluster, sa, pod, node strin
 // ValidatingAdmissionPolicy (not its DaemonSet: tests run agents as
 // processes).
 func InstallAgentConfinement(ctx context.Context, c *sandbox.Cluster, owner string) error {
-	if err := EnsurePeeringReportCRD(ctx, c.Config); err != nil {
-		return err
-	}
-	cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
+	cl, err := install.NewClient(c.Config)
 	if err != nil {
 		return err
 	}
-	for _, m := range [][]byte{deploy.ControllerNamespace, deploy.AgentNamespace, deploy.AgentRBAC, deploy.AgentAdmission} {
-		if err := ApplyManifest(ctx, cl, m, owner); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = install.Apply(ctx, cl, install.ApplyOptions{FieldManager: owner},
+		deploy.PeeringReportCRD, deploy.ControllerNamespace, deploy.AgentNamespace, deploy.AgentRBAC, deploy.AgentAdmission)
+	return err
 }
 
 // AgentToken is a token of the agent's ServiceAccount bound to node, as
