@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/internal/cli"
@@ -192,6 +193,10 @@ switch is pulled, or the policy is suspended.`,
 			if err != nil {
 				return err
 			}
+			reports, err := dynamic.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
 			// People read progress on stdout; with -o json it goes to
 			// stderr and stdout carries only the result.
 			progress := cmd.OutOrStdout()
@@ -200,6 +205,7 @@ switch is pulled, or the policy is suspended.`,
 			}
 			res, err := restore.Bringup(cmd.Context(), restore.Options{
 				Client:             client,
+				Reports:            reports,
 				Selection:          selection,
 				Deadline:           deadline,
 				DryRun:             dryRun,

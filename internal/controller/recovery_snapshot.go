@@ -12,10 +12,12 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/kubestatus"
+	"rebound/pkg/liveness"
 	"rebound/pkg/rescue"
 )
 
-// snapshot reads what PlanFor needs from the caches, read-only: cached
+// snapshot reads what PlanFor needs from the caches and builds it with
+// rescue.Build, as restore bringup and diagnose do, read-only: cached
 // objects are shared, not copied (UnsafeDisableDeepCopy), and PlanFor
 // never writes to its input. Of the pods it lists only those bound to
 // NotReady nodes and the Pending ones, through the node-name index:
@@ -31,12 +33,6 @@ import (
 // verdictsChange is when the liveness verdicts may change with no new
 // event (Assessment.StaleAt); zero when they cannot.
 func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (s rescue.Snapshot, verdictsChange time.Time, err error) {
-	s = rescue.Snapshot{Now: now, ZoneConfig: r.opts.ZoneConfig, Defaults: r.opts.Defaults, Namespaces: map[string]map[string]string{}}
-	r.mu.Lock()
-	s.PreviousZones = r.prevZones
-	s.PreviousDisruption = r.prevDisruption
-	r.mu.Unlock()
-
 	var nodes corev1.NodeList
 	var namespaces corev1.NamespaceList
 	var pvcs corev1.PersistentVolumeClaimList
@@ -51,21 +47,44 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (s res
 	if err := r.client.List(ctx, &policies); err != nil {
 		return s, time.Time{}, fmt.Errorf("list %T: %w", &policies, err)
 	}
-	s.Nodes = pointers(nodes.Items)
+	src := rescue.Sources{
+		Now:         now,
+		Nodes:       pointers(nodes.Items),
+		Namespaces:  make(map[string]map[string]string, len(namespaces.Items)),
+		PVCs:        pointers(pvcs.Items),
+		ReplicaSets: pointers(rss.Items),
+		Deployments: pointers(deps.Items),
+		Policies:    pointers(policies.Items),
+		ZoneConfig:  r.opts.ZoneConfig,
+		Defaults:    r.opts.Defaults,
+	}
+	for i := range namespaces.Items {
+		src.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
+	}
+	r.mu.Lock()
+	src.PreviousZones = r.prevZones
+	src.PreviousDisruption = r.prevDisruption
+	r.mu.Unlock()
 	// The Leases' renewTimes before the verdicts: an action carries the
 	// renewTime its verdict saw or an older one, never a newer one that
 	// would hide a renewal from the executor's re-check.
 	if r.opts.LeaseRenewTimes != nil {
-		if s.LeaseRenewTimes, err = r.opts.LeaseRenewTimes(ctx); err != nil {
+		if src.Liveness.LeaseRenewTimes, err = r.opts.LeaseRenewTimes(ctx); err != nil {
 			return s, time.Time{}, err
 		}
 	}
-	// One verdict per node (pkg/liveness): rebound's own clocks, and the
-	// agents' session reports where peering runs.
-	if r.opts.Liveness != nil {
-		a := r.opts.Liveness(ctx, s.Nodes, now)
-		s.Verdicts, verdictsChange = a.Nodes, a.StaleAt
+	// One verdict per node (pkg/liveness), judged by the controller's
+	// shared judge: rebound's own clocks, the Lease plane and the agents'
+	// reports where they run. Without one, no verdicts: the API's
+	// transitions alone, as upstream.
+	src.Liveness.Assess = func(nodes []*corev1.Node, now time.Time) liveness.Assessment {
+		if r.opts.Liveness == nil {
+			return liveness.Assessment{}
+		}
+		return r.opts.Liveness(ctx, nodes, now)
 	}
+	s, a := rescue.Build(src)
+	verdictsChange = a.StaleAt
 	// An incident: a node NotReady, or one the API has Ready that is dead
 	// on both planes and marked unreachable (whose pods the TwoPlanes
 	// policies examine).
@@ -106,13 +125,6 @@ func (r *RecoveryReconciler) snapshot(ctx context.Context, now time.Time) (s res
 			return s, time.Time{}, fmt.Errorf("list pods of node %s: %w", n.Name, err)
 		}
 		s.Pods = append(s.Pods, pointers(pods.Items)...)
-	}
-	s.PVCs = pointers(pvcs.Items)
-	s.ReplicaSets = pointers(rss.Items)
-	s.Deployments = pointers(deps.Items)
-	s.Policies = pointers(policies.Items)
-	for i := range namespaces.Items {
-		s.Namespaces[namespaces.Items[i].Name] = namespaces.Items[i].Labels
 	}
 	s.RecentActions, s.LedgerSince = r.recentActions(now)
 	return s, verdictsChange, nil

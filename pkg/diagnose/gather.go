@@ -37,6 +37,10 @@ type Clients struct {
 	Host string
 	// Timeout is the per-request timeout, for messages.
 	Timeout time.Duration
+	// Evidence says which agents' reports count in the verdicts, as the
+	// controller's --peering-report-max-age and --peering-max-clock-skew
+	// do; zero fields are the defaults.
+	Evidence liveness.Options
 }
 
 // RecoveryPolicies is the RecoveryPolicy resource.
@@ -53,20 +57,21 @@ const pageSize = 500
 // one-line message says what is wrong (API unreachable, credentials
 // rejected, a list not allowed) and what to do.
 func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Extra, error) {
-	s := rescue.Snapshot{Now: now, Namespaces: map[string]map[string]string{}}
+	s := rescue.Sources{Now: now, Namespaces: map[string]map[string]string{}}
 	var x Extra
+	fail := func(err error) (rescue.Snapshot, Extra, error) { return rescue.Snapshot{}, x, err }
 	core, apps := c.Kube.CoreV1(), c.Kube.AppsV1()
 	var err error
 
 	if s.Nodes, err = listAll(ctx, c, "nodes", core.Nodes().List, func(l *corev1.NodeList) ([]corev1.Node, string) { return l.Items, l.Continue }); err != nil {
-		return s, x, err
+		return fail(err)
 	}
 	if s.Pods, err = listAll(ctx, c, "pods", core.Pods("").List, func(l *corev1.PodList) ([]corev1.Pod, string) { return l.Items, l.Continue }); err != nil {
-		return s, x, err
+		return fail(err)
 	}
 	namespaces, err := listAll(ctx, c, "namespaces", core.Namespaces().List, func(l *corev1.NamespaceList) ([]corev1.Namespace, string) { return l.Items, l.Continue })
 	if err != nil {
-		return s, x, err
+		return fail(err)
 	}
 	for _, ns := range namespaces {
 		s.Namespaces[ns.Name] = ns.Labels
@@ -74,41 +79,36 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 	if s.PVCs, err = listAll(ctx, c, "persistentvolumeclaims", core.PersistentVolumeClaims("").List, func(l *corev1.PersistentVolumeClaimList) ([]corev1.PersistentVolumeClaim, string) {
 		return l.Items, l.Continue
 	}); err != nil {
-		return s, x, err
+		return fail(err)
 	}
 	if s.ReplicaSets, err = listAll(ctx, c, "replicasets", apps.ReplicaSets("").List, func(l *appsv1.ReplicaSetList) ([]appsv1.ReplicaSet, string) { return l.Items, l.Continue }); err != nil {
-		return s, x, err
+		return fail(err)
 	}
 	if s.Deployments, err = listAll(ctx, c, "deployments", apps.Deployments("").List, func(l *appsv1.DeploymentList) ([]appsv1.Deployment, string) { return l.Items, l.Continue }); err != nil {
-		return s, x, err
+		return fail(err)
 	}
 	if x.StatefulSets, err = listAll(ctx, c, "statefulsets", apps.StatefulSets("").List, func(l *appsv1.StatefulSetList) ([]appsv1.StatefulSet, string) { return l.Items, l.Continue }); err != nil {
-		return s, x, err
+		return fail(err)
 	}
 	if x.DaemonSets, err = listAll(ctx, c, "daemonsets", apps.DaemonSets("").List, func(l *appsv1.DaemonSetList) ([]appsv1.DaemonSet, string) { return l.Items, l.Continue }); err != nil {
-		return s, x, err
+		return fail(err)
 	}
 
 	if err := gatherPeering(ctx, c, &x); err != nil {
-		return s, x, err
+		return fail(err)
 	}
-	// The liveness verdicts from the same model the controller's planners
-	// read. diagnose has no observation history, so its clocks are the
-	// API's (transitions, Lease renew times), and each verdict's reason
-	// says so.
-	var leases map[string]liveness.Lease
+	// The Lease plane, taken as the kubelets wrote it.
 	nodeLeases, err := c.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
 	switch {
 	case apierrors.IsForbidden(err):
 		x.Warnings = append(x.Warnings, "cannot list the Leases in kube-node-lease: verdicts without the Lease plane (grant rebound-diagnose from deploy/rbac)")
 	case err != nil:
-		return s, x, describe(c, "leases", err)
+		return fail(describe(c, "leases", err))
 	default:
-		leases = kube.LeasesAsWritten(nodeLeases.Items)
+		s.Liveness.Leases = kube.LeasesAsWritten(nodeLeases.Items)
 		// Policies with detection TwoPlanes are planned on them too.
-		s.LeaseRenewTimes = kube.LeaseRenewTimes(nodeLeases.Items)
+		s.Liveness.LeaseRenewTimes = kube.LeaseRenewTimes(nodeLeases.Items)
 	}
-	s.Verdicts = kube.AssessReports(s.Nodes, x.PeeringReports, nil, leases, s.Now, liveness.Options{}).Nodes
 
 	s.Policies, err = listPolicies(ctx, c)
 	switch {
@@ -119,9 +119,16 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 		x.Warnings = append(x.Warnings, fmt.Sprintf("the RecoveryPolicy CRD (recoverypolicies.rebound.dev) is not installed: diagnose assumes the built-in default policy (%s, maxUnavailableTime %s)",
 			def.Spec.Critical.Describe(), def.Spec.EffectiveMaxUnavailableTime()))
 	case err != nil:
-		return s, x, describe(c, "recoverypolicies.rebound.dev", err)
+		return fail(describe(c, "recoverypolicies.rebound.dev", err))
 	}
-	return s, x, nil
+	// The verdicts from the same model, built the same way, as the
+	// controller's planners read. diagnose has no observation history, so
+	// its clocks are the API's (transitions, Lease renew times), and each
+	// verdict's reason says so.
+	s.Liveness.Reports = x.PeeringReports
+	s.Liveness.Options = c.Evidence
+	snap, _ := rescue.Build(s)
+	return snap, x, nil
 }
 
 // listAll lists one resource in pages and returns pointers into the items.

@@ -87,12 +87,12 @@ func Run(ctx context.Context, opts Options) (Report, int, error) {
 		return Report{}, ExitCannotRead, &Error{Code: ExitCannotRead, Msg: "bad client configuration: " + oneLine(err.Error()), Err: err}
 	}
 
-	snap, extra, err := Gather(ctx, Clients{Kube: kube, Dynamic: dyn, Host: cfg.Host, Timeout: opts.Timeout}, opts.Now())
+	snap, extra, err := Gather(ctx, Clients{Kube: kube, Dynamic: dyn, Host: cfg.Host, Timeout: opts.Timeout, Evidence: opts.Peering.WithDefaults().Evidence}, opts.Now())
 	if err != nil {
 		return Report{}, ExitCannotRead, err
 	}
-	snap.ZoneConfig = opts.ZoneConfig
-	snap.Defaults = opts.Defaults
+	snap.ZoneConfig = opts.ZoneConfig.WithDefaults()
+	snap.Defaults = opts.Defaults.WithDefaults()
 	extra.Peering = opts.Peering
 	extra.SessionReportMaxAge = opts.Peering.Evidence.ReportMaxAge
 	r := Explain(snap, extra)

@@ -138,7 +138,7 @@ func Backup(ctx context.Context, opts BackupOptions) (*Metadata, error) {
 }
 
 func (m *Metadata) recordWorkloads(ctx context.Context, client kubernetes.Interface, refs []WorkloadRef) error {
-	s, err := gather(ctx, client, refs, types.NamespacedName{}) // a backup acts on nothing: no stop switch
+	s, err := gather(ctx, client, nil, refs, types.NamespacedName{}) // a backup acts on nothing: no stop switch
 	if err != nil {
 		return err
 	}

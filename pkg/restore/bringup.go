@@ -11,9 +11,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/liveness"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
 )
@@ -21,6 +23,14 @@ import (
 // Options configure a bring-up.
 type Options struct {
 	Client kubernetes.Interface
+	// Reports reads the agents' PeeringReports (a dynamic client), the
+	// liveness signal the controller reads besides the Ready conditions
+	// and the Leases; nil: none.
+	Reports dynamic.Interface
+	// Evidence says which reports count, as the controller's
+	// --peering-report-max-age and --peering-max-clock-skew; zero: the
+	// defaults.
+	Evidence liveness.Options
 	// Selection names the essential workloads.
 	Selection Selection
 	// Deadline: zero fields take DefaultDeadline's.
@@ -102,6 +112,10 @@ type bringup struct {
 	// nodes only (liveTargetsOnly).
 	liveZones      zone.Cluster
 	liveDisruption rescue.Disruption
+	// firstSeen and leasePlane are the bring-up's own clocks of the
+	// liveness model, as the controller keeps them.
+	firstSeen  liveness.Tracker
+	leasePlane liveness.LeaseTracker
 	// observeFor bounds the Lease observation (Options.LeaseObservation),
 	// fixed at the first read.
 	observeFor time.Duration
@@ -202,7 +216,7 @@ func (b *bringup) run(ctx context.Context) (*Result, error) {
 	var lastErr error
 	for {
 		now := b.opts.Now()
-		state, err := gather(ctx, b.opts.Client, b.refs, b.opts.StopSwitch)
+		state, err := gather(ctx, b.opts.Client, b.opts.Reports, b.refs, b.opts.StopSwitch)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return b.result, ctx.Err()

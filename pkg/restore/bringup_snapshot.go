@@ -47,9 +47,10 @@ func (b *bringup) nodeHealth(s *clusterState, now time.Time) map[string]NodeHeal
 	return out
 }
 
-// snapshot builds the planner's input: every node but those in without,
-// and of the essential workloads' namespaces only the essential pods and
-// their owners.
+// snapshot builds the planner's input with rescue.Build, as the
+// controller and diagnose do: every node but those in without, every
+// liveness signal, and of the essential workloads' namespaces only the
+// essential pods and their owners.
 func (b *bringup) snapshot(s *clusterState, now time.Time, without map[string]bool) rescue.Snapshot {
 	nodes := s.nodes
 	if len(without) > 0 {
@@ -60,28 +61,29 @@ func (b *bringup) snapshot(s *clusterState, now time.Time, without map[string]bo
 			}
 		}
 	}
-	snap := rescue.Snapshot{
+	src := rescue.Sources{
 		Now:                now,
 		Nodes:              nodes,
 		Namespaces:         s.namespaces,
 		PVCs:               s.pvcs,
 		Policies:           []*v1alpha1.RecoveryPolicy{b.policy},
+		Liveness:           b.livenessSignals(s, now),
 		ZoneConfig:         b.opts.ZoneConfig,
+		Defaults:           rescue.Defaults{ReplacementTimeout: b.opts.ReplacementTimeout},
 		PreviousZones:      b.zones,
 		PreviousDisruption: b.disruption,
-		Defaults:           rescue.Defaults{ReplacementTimeout: b.opts.ReplacementTimeout},
 	}
 	seen := map[string]bool{}
 	for _, r := range b.refs {
 		for _, p := range s.podsOf(r) {
 			seen[p.Namespace+"/"+p.Name] = true
 		}
-		snap.Pods = append(snap.Pods, s.podsOf(r)...)
+		src.Pods = append(src.Pods, s.podsOf(r)...)
 		if d := s.workloads[r].deployment; d != nil {
-			snap.Deployments = append(snap.Deployments, d)
+			src.Deployments = append(src.Deployments, d)
 			for _, rs := range s.replicaSets {
 				if ref := metav1.GetControllerOfNoCopy(rs); ref != nil && ref.UID == d.UID {
-					snap.ReplicaSets = append(snap.ReplicaSets, rs)
+					src.ReplicaSets = append(src.ReplicaSets, rs)
 				}
 			}
 		}
@@ -91,9 +93,10 @@ func (b *bringup) snapshot(s *clusterState, now time.Time, without map[string]bo
 	for _, p := range s.nodePods {
 		if k := p.Namespace + "/" + p.Name; !seen[k] {
 			seen[k] = true
-			snap.Pods = append(snap.Pods, p)
+			src.Pods = append(src.Pods, p)
 		}
 	}
+	snap, _ := rescue.Build(src)
 	return snap
 }
 

@@ -11,9 +11,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"rebound/pkg/kubestatus"
+	"rebound/pkg/liveness"
 	"rebound/pkg/stopswitch"
 )
 
@@ -28,6 +30,8 @@ type clusterState struct {
 	// leaseDuration is each Lease's spec.leaseDurationSeconds; a kubelet
 	// renews at a quarter of it.
 	leaseDuration map[string]time.Duration
+	// reports are the agents' PeeringReports (readReports).
+	reports []liveness.Report
 	// stopped: the stop switch ConfigMap exists.
 	stopped     bool
 	namespaces  map[string]map[string]string
@@ -65,7 +69,7 @@ func (w workloadObject) uid() types.UID {
 // kube-system's workloads does not read every pod of a large cluster. The
 // stop switch is read first, from the API, every round: a round that
 // cannot read it fails, and acts on nothing.
-func gather(ctx context.Context, client kubernetes.Interface, refs []WorkloadRef, stop types.NamespacedName) (*clusterState, error) {
+func gather(ctx context.Context, client kubernetes.Interface, reports dynamic.Interface, refs []WorkloadRef, stop types.NamespacedName) (*clusterState, error) {
 	s := &clusterState{heartbeat: map[string]time.Time{}, leaseDuration: map[string]time.Duration{}, namespaces: map[string]map[string]string{}, workloads: map[WorkloadRef]workloadObject{}}
 	var err error
 	s.stopped, err = stopswitch.Read(ctx, stop, func(ctx context.Context, key types.NamespacedName) error {
@@ -95,6 +99,9 @@ func gather(ctx context.Context, client kubernetes.Interface, refs []WorkloadRef
 				s.leaseDuration[l.Name] = time.Duration(*d) * time.Second
 			}
 		}
+	}
+	if s.reports, err = readReports(ctx, reports); err != nil {
+		return nil, err
 	}
 
 	for _, n := range s.nodes {
