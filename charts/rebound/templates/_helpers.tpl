@@ -12,7 +12,8 @@ app.kubernetes.io/component: {{ . }}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
-app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{- /* A label value may not hold "+" (a build's metadata, v0.0.0-dev+gSHA) and is at most 63 characters. */}}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | replace "+" "_" | trunc 63 | trimSuffix "-" | trimSuffix "." | quote }}
 {{- end }}
 
 {{- define "rebound.image" -}}
