@@ -336,4 +336,12 @@ func TestPeeringErrorsRequeueAtNextCheck(t *testing.T) {
 	if err != nil || got.RequeueAfter != time.Minute {
 		t.Errorf("terminal error: result %v, error %v; want the next check kept and nothing returned", got, err)
 	}
+	mixed := errors.Join(fmt.Errorf("calico: %w", terminal), errors.New("labels: apiserver unavailable"))
+	if got, _ := afterError(ctrl.Log, ctrl.Result{RequeueAfter: time.Minute}, mixed); got.RequeueAfter != retryAfterError {
+		t.Errorf("a terminal error joined with a transient one: RequeueAfter %v, want %v (the transient part is retried soon)", got.RequeueAfter, retryAfterError)
+	}
+	allTerm := errors.Join(terminal, fmt.Errorf("wrapped: %w", terminal))
+	if got, _ := afterError(ctrl.Log, ctrl.Result{RequeueAfter: time.Minute}, allTerm); got.RequeueAfter != time.Minute {
+		t.Errorf("only terminal errors joined: RequeueAfter %v, want the next check (1m) kept", got.RequeueAfter)
+	}
 }

@@ -20,12 +20,15 @@ const retryAfterError = 10 * time.Second
 // earlier of the plan's next check (res) and retryAfterError. An error
 // marked reconcile.TerminalError is configuration that cannot work until
 // someone changes it (the Calico API not served, say): retrying it sooner
-// helps nobody, so it keeps the plan's next check alone.
+// helps nobody, so it keeps the plan's next check alone. A pass's errors
+// are joined, one per publisher: the pass is terminal only when every one
+// of them is, so a failed label patch beside an unserved Calico API is
+// still retried soon.
 func afterError(log logr.Logger, res ctrl.Result, err error) (ctrl.Result, error) {
 	if err == nil {
 		return res, nil
 	}
-	if errors.Is(err, reconcile.TerminalError(nil)) {
+	if allTerminal(err) {
 		log.Error(err, "configuration error: the rest of the pass was applied; fix it and the next pass picks it up", "nextCheck", res.RequeueAfter)
 		return res, nil
 	}
@@ -34,6 +37,27 @@ func afterError(log logr.Logger, res ctrl.Result, err error) (ctrl.Result, error
 	}
 	log.Error(err, "pass failed; retrying", "after", res.RequeueAfter)
 	return res, nil
+}
+
+// allTerminal reports whether err and, for a joined error, every error it
+// joins is marked reconcile.TerminalError.
+func allTerminal(err error) bool {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := joined.Unwrap()
+		for _, e := range errs {
+			if !allTerminal(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	}
+	if errors.Is(err, reconcile.TerminalError(nil)) {
+		return true
+	}
+	if inner := errors.Unwrap(err); inner != nil {
+		return allTerminal(inner)
+	}
+	return false
 }
 
 // nextPass is both reconcilers' requeue: the earlier of the plan's next
