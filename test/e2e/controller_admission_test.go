@@ -21,9 +21,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"rebound/internal/testing/chartrender"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/testing/chartrender"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 	"rebound/pkg/rescue"

@@ -10,10 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"rebound/internal/agent"
-	"rebound/internal/lab/birdlab"
-	"rebound/internal/testing/birdtest"
 	"rebound/internal/controller"
+	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/sandbox"
+	"rebound/internal/testing/birdtest"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )

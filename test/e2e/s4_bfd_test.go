@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/testing/birdtest"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/testing/birdtest"
 	"rebound/pkg/peering/bird"
 )
 

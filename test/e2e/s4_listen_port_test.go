@@ -11,11 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	"rebound/internal/lab/birdlab"
-	"rebound/internal/testing/birdtest"
 	"rebound/internal/controller"
+	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/testing/birdtest"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
