@@ -13,6 +13,10 @@ import (
 // GroupVersion is the API group and version of rebound's resources.
 var GroupVersion = schema.GroupVersion{Group: "rebound.dev", Version: "v1alpha1"}
 
+// PeeringReports is the PeeringReport resource, for dynamic clients (the
+// agents' writes, the CLIs' reads).
+var PeeringReports = GroupVersion.WithResource("peeringreports")
+
 var (
 	schemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 	// AddToScheme adds rebound's types to a scheme.

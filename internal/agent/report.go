@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
@@ -21,9 +20,6 @@ import (
 type ReportWriter interface {
 	WriteReport(ctx context.Context, r peering.Report) error
 }
-
-// PeeringReports is the PeeringReport resource.
-var PeeringReports = schema.GroupVersionResource{Group: v1alpha1.GroupVersion.Group, Version: v1alpha1.GroupVersion.Version, Resource: "peeringreports"}
 
 // fieldManager owns the report's fields in server-side apply.
 const fieldManager = "rebound-agent"
@@ -42,7 +38,7 @@ func (w APIReportWriter) WriteReport(ctx context.Context, r peering.Report) erro
 		return err
 	}
 	force := true
-	_, err = w.Client.Resource(PeeringReports).Patch(ctx, r.Reporter, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: &force})
+	_, err = w.Client.Resource(v1alpha1.PeeringReports).Patch(ctx, r.Reporter, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: &force})
 	if err != nil {
 		return fmt.Errorf("write PeeringReport %s: %w", r.Reporter, err)
 	}

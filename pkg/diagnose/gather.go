@@ -153,44 +153,21 @@ func listAll[L any, T any](ctx context.Context, c Clients, what string,
 	}
 }
 
-// PeeringReports is the PeeringReport resource.
-var PeeringReports = schema.GroupVersionResource{Group: v1alpha1.GroupVersion.Group, Version: v1alpha1.GroupVersion.Version, Resource: "peeringreports"}
-
 // gatherPeering lists the agents' PeeringReports and the published peer
 // set (ConfigMap rebound-system/rebound-peer-set, listed by name). Without
 // the CRD or the ConfigMap, or without the right to read them, diagnose
 // explains BGP from the node labels alone and says so.
 func gatherPeering(ctx context.Context, c Clients, x *Extra) error {
-	opts := metav1.ListOptions{Limit: pageSize}
-	for {
-		l, err := c.Dynamic.Resource(PeeringReports).List(ctx, opts)
-		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-			x.Warnings = append(x.Warnings, fmt.Sprintf("cannot list peeringreports.rebound.dev (%s): BGP sessions unknown", apierrors.ReasonForError(err)))
-			break
-		}
-		if err != nil {
-			return describe(c, "peeringreports.rebound.dev", err)
-		}
-		for i := range l.Items {
-			var obj v1alpha1.PeeringReport
-			data, err := json.Marshal(l.Items[i].Object)
-			if err == nil {
-				err = json.Unmarshal(data, &obj)
-			}
-			var r peering.Report
-			if err == nil {
-				r, err = kube.ReportFromAPI(&obj)
-			}
-			if err != nil {
-				x.Warnings = append(x.Warnings, fmt.Sprintf("PeeringReport %s unreadable: %v", l.Items[i].GetName(), err))
-				continue
-			}
-			x.PeeringReports = append(x.PeeringReports, r)
-		}
-		if l.GetContinue() == "" {
-			break
-		}
-		opts.Continue = l.GetContinue()
+	reports, skipped, err := kube.ListReports(ctx, c.Dynamic, pageSize)
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		x.Warnings = append(x.Warnings, fmt.Sprintf("cannot list peeringreports.rebound.dev (%s): BGP sessions unknown", apierrors.ReasonForError(err)))
+	case err != nil:
+		return describe(c, "peeringreports.rebound.dev", err)
+	}
+	x.PeeringReports = reports
+	for _, e := range skipped {
+		x.Warnings = append(x.Warnings, e.Error())
 	}
 	cms, err := c.Kube.CoreV1().ConfigMaps(peering.DefaultPeerSetNamespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + peering.DefaultPeerSetName})
 	switch {

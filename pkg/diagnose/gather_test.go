@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 
+	"rebound/api/v1alpha1"
 	"rebound/pkg/exitcode"
 	"rebound/pkg/zone"
 )
@@ -38,7 +39,7 @@ func fakeClients(objs ...runtime.Object) (*fake.Clientset, *dynamicfake.FakeDyna
 		},
 	}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{RecoveryPolicies: "RecoveryPolicyList", PeeringReports: "PeeringReportList"}, policy)
+		map[schema.GroupVersionResource]string{RecoveryPolicies: "RecoveryPolicyList", v1alpha1.PeeringReports: "PeeringReportList"}, policy)
 	return kube, dyn, Clients{Kube: kube, Dynamic: dyn, Host: "https://api.example:6443", Timeout: time.Second}
 }
 

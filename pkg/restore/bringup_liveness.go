@@ -2,23 +2,16 @@ package restore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"rebound/api/v1alpha1"
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering/kube"
 	"rebound/pkg/rescue"
 )
-
-// peeringReports is the PeeringReport resource the agents write.
-var peeringReports = schema.GroupVersionResource{Group: v1alpha1.GroupVersion.Group, Version: v1alpha1.GroupVersion.Version, Resource: "peeringreports"}
 
 // readReports lists the agents' PeeringReports, the second signal of
 // pkg/liveness: a node NotReady in the API with a live BGP session
@@ -31,28 +24,14 @@ func readReports(ctx context.Context, client dynamic.Interface) ([]liveness.Repo
 	if client == nil {
 		return nil, nil
 	}
-	l, err := client.Resource(peeringReports).List(ctx, metav1.ListOptions{})
+	reports, _, err := kube.ListReports(ctx, client, 0)
 	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list PeeringReports: %w", err)
 	}
-	var out []liveness.Report
-	for i := range l.Items {
-		var obj v1alpha1.PeeringReport
-		data, err := json.Marshal(l.Items[i].Object)
-		if err == nil {
-			err = json.Unmarshal(data, &obj)
-		}
-		if err != nil {
-			continue
-		}
-		if r, err := kube.ReportFromAPI(&obj); err == nil {
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	return reports, nil
 }
 
 // livenessSignals gives the planner the signals the controller gives it: the

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
+	"rebound/api/v1alpha1"
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering/kube"
 	"rebound/pkg/policyfile"
@@ -30,7 +31,7 @@ func TestBringupSnapshotSeesTheReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{peeringReports: "PeeringReportList"}, &unstructured.Unstructured{Object: obj})
+		map[schema.GroupVersionResource]string{v1alpha1.PeeringReports: "PeeringReportList"}, &unstructured.Unstructured{Object: obj})
 	reports, err := readReports(context.Background(), dyn)
 	if err != nil || len(reports) != 1 {
 		t.Fatalf("readReports: %v, %v; want node-0's report", reports, err)

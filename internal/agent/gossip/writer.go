@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
@@ -26,10 +25,6 @@ type Writer interface {
 // overwrite each other's.
 const FieldManager = "rebound-agent-gossip"
 
-// peeringReports is the PeeringReport resource, agent.PeeringReports (that
-// package imports this one).
-var peeringReports = schema.GroupVersionResource{Group: v1alpha1.GroupVersion.Group, Version: v1alpha1.GroupVersion.Version, Resource: "peeringreports"}
-
 // APIWriter writes the gossip field of the node's PeeringReport with one
 // server-side apply per write and no read (RBAC: create and patch on
 // peeringreports, as the BGP writer's).
@@ -46,7 +41,7 @@ func (w APIWriter) WriteGossip(ctx context.Context, g liveness.GossipReport) err
 		return err
 	}
 	force := true
-	_, err = w.Client.Resource(peeringReports).Patch(ctx, w.Node, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
+	_, err = w.Client.Resource(v1alpha1.PeeringReports).Patch(ctx, w.Node, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
 	if err != nil {
 		return fmt.Errorf("write the gossip read of PeeringReport %s: %w", w.Node, err)
 	}

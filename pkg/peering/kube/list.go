@@ -1,0 +1,49 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"rebound/api/v1alpha1"
+	"rebound/pkg/peering"
+)
+
+// ListReports lists every PeeringReport through a dynamic client, in pages
+// of pageSize (0: one List), and reads each with ReportFromAPI. A report
+// that cannot be read is left out, as the controller leaves it out, and
+// its error is returned in skipped for the caller to show. The List's own
+// error is returned as the apiserver gave it, so that each caller decides
+// what a missing CRD or a forbidden list means to it.
+func ListReports(ctx context.Context, client dynamic.Interface, pageSize int64) (reports []peering.Report, skipped []error, err error) {
+	opts := metav1.ListOptions{Limit: pageSize}
+	for {
+		l, err := client.Resource(v1alpha1.PeeringReports).List(ctx, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		for i := range l.Items {
+			var obj v1alpha1.PeeringReport
+			data, err := json.Marshal(l.Items[i].Object)
+			if err == nil {
+				err = json.Unmarshal(data, &obj)
+			}
+			var r peering.Report
+			if err == nil {
+				r, err = ReportFromAPI(&obj)
+			}
+			if err != nil {
+				skipped = append(skipped, fmt.Errorf("PeeringReport %s unreadable: %w", l.Items[i].GetName(), err))
+				continue
+			}
+			reports = append(reports, r)
+		}
+		if l.GetContinue() == "" {
+			return reports, skipped, nil
+		}
+		opts.Continue = l.GetContinue()
+	}
+}
