@@ -11,11 +11,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"rebound/internal/cli"
+	"rebound/internal/lab/report"
 	"rebound/internal/release"
 	"rebound/pkg/exitcode"
 )
@@ -182,11 +184,24 @@ func newImageCommand(c *common) *cobra.Command {
 }
 
 func imageText(res release.ImageResult) string {
-	s := fmt.Sprintf("%s\ndigest %s\n", res.Path, res.Digest)
-	for _, p := range res.Platforms {
-		s += fmt.Sprintf("METRIC image_compressed_size_%s=%.1f MB\n", sanitize(p.Platform), float64(p.CompressedBytes)/1e6)
+	return fmt.Sprintf("%s\ndigest %s\n", res.Path, res.Digest) + metricText(func(w *report.Writer) {
+		for _, p := range res.Platforms {
+			w.Metric("image_compressed_size_"+sanitize(p.Platform), float64(p.CompressedBytes)/1e6, "MB")
+		}
+	})
+}
+
+// metricText is the METRIC lines write writes, one per line, through the
+// lab's one writer; a line it refuses is said instead.
+func metricText(write func(*report.Writer)) string {
+	lines, err := report.Lines(write)
+	if err != nil {
+		return fmt.Sprintf("(METRIC lines not written: %v)\n", err)
 	}
-	return s
+	if len(lines) == 0 {
+		return ""
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
 
 func newChartCommand(c *common) *cobra.Command {
@@ -225,12 +240,13 @@ func newSizesCommand(c *common) *cobra.Command {
 			defer os.RemoveAll(dir)
 			sizes, err := release.Sizes(ctx, o.Root, o.State, dir, release.CLI, release.Manager, release.Plugin)
 			return sizes, func() string {
-				s := ""
-				for _, z := range sizes {
-					n := sanitize(z.Binary)
-					s += fmt.Sprintf("METRIC packages_%s=%d packages\nMETRIC binary_size_%s=%.1f MB\n", n, z.Packages, n, float64(z.Bytes)/1e6)
-				}
-				return s
+				return metricText(func(w *report.Writer) {
+					for _, z := range sizes {
+						n := sanitize(z.Binary)
+						w.MetricDecimals("packages_"+n, float64(z.Packages), 0, "packages")
+						w.Metric("binary_size_"+n, float64(z.Bytes)/1e6, "MB")
+					}
+				})
 			}, err
 		})
 }

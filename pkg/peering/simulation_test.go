@@ -163,7 +163,8 @@ func TestS6FlappingNode(t *testing.T) {
 	if got := cfg.MaxChanges(time.Minute); got != 3 {
 		t.Errorf("documented bound MaxChanges(1m) = %d, want 3", got)
 	}
-	t.Logf("METRIC s6_set_changes_10s_flap_2min=%d changes (bound %d per minute)", len(s.changes), cfg.MaxChanges(time.Minute))
+	t.Logf("METRIC s6_set_changes_10s_flap_2min=%d count", len(s.changes))
+	t.Logf("CONFIG s6_set_changes_bound_per_minute=%d count", cfg.MaxChanges(time.Minute))
 }
 
 // TestFlapDampingBound sweeps flap shapes, including NotReady spells just
