@@ -7,8 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"rebound/api/v1alpha1"
-	"rebound/pkg/kubestatus"
 	"rebound/pkg/liveness"
+	"rebound/pkg/peering/kube"
 	"rebound/pkg/zone"
 )
 
@@ -72,16 +72,7 @@ func (l LivenessSignals) Judge(nodes []*corev1.Node, now time.Time) liveness.Ass
 	if l.Assess != nil {
 		return l.Assess(nodes, now)
 	}
-	in := liveness.Input{Reports: l.Reports, FirstSeen: l.FirstSeen, Leases: l.Leases, Options: l.Options}
-	in.Nodes = make([]liveness.Node, 0, len(nodes))
-	for _, n := range nodes {
-		if n == nil {
-			continue
-		}
-		ready, since := kubestatus.NodeReadySince(n)
-		in.Nodes = append(in.Nodes, liveness.Node{Name: n.Name, Ready: ready, Transition: since})
-	}
-	return liveness.Assess(in, now)
+	return kube.AssessReports(nodes, l.Reports, l.FirstSeen, l.Leases, now, l.Options)
 }
 
 // Build assembles the planner's input from src: the objects, the zone
