@@ -62,7 +62,7 @@ The upstream default timings are used (50 s node grace period, 300 s tolerations
 	cmd.Flags().BoolVar(&opts.Fast, "fast", false, "shortened timings (node grace 12s, tolerations 20s) instead of upstream's defaults")
 	cmd.Flags().DurationVar(&opts.Observe, "observe", 90*time.Second, "how long the lane without rebound watches the stranded pod after its node is NotReady")
 	cmd.Flags().StringVar(&opts.Dir, "dir", "", "sandbox folder (default: a temporary folder, removed afterwards)")
-	cmd.Flags().StringSliceVar(&opts.Scenarios, "scenarios", demo.ScenarioIDs(), "the scenarios to play (S1, S2: sandboxes, one after the other; S4: real BIRD, beside them)")
+	cmd.Flags().StringSliceVar(&opts.Scenarios, "scenarios", demo.ScenarioIDs(), "the scenarios to play (S1, S2, S13: sandboxes, one after the other; S4: real BIRD on a sandbox of its own, beside them)")
 	cmd.Flags().StringVar(&opts.Report, "report", "rebound-demo.html", "write a self-contained HTML report (timeline charts, table of the time to recovery) to this file; \"\" writes none")
 	cmd.Flags().BoolVar(&opts.InstallDeps, "install-deps", true, "as root with apt-get, install what a scenario needs and is missing (BIRD for S4, with hack/install-bird.sh, as make test does)")
 	cmd.Flags().BoolVar(&opts.Keep, "keep", false, "keep the temporary sandbox folder (logs) after the run")
