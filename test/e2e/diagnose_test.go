@@ -382,23 +382,11 @@ func TestDiagnoseS4(t *testing.T) {
 	c := startSandbox(t, 3, sandbox.FastTimings())
 	ctx := testContext(t, 5*time.Minute)
 	const grace = 40 * time.Second
-	lab, err := birdlab.New(birdlab.Options{
+	lab := birdLabOnSandbox(ctx, t, c, birdlab.Options{
 		Bins: bins, Nodes: 3, Net: 21, Dir: shortDir(t), Include: true,
 		GracefulRestartTime: 10, GracefulRestartWait: bird.DefaultGracefulRestartWait,
-		NodeName: func(i int) string { return c.NodeNames[i] },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Errorf("close lab: %v", err)
-		}
-	})
+	}, "")
 	a, b, cc := lab.Nodes[0], lab.Nodes[1], lab.Nodes[2]
-	for _, n := range lab.Nodes {
-		annotateBGP(ctx, t, c, n, "")
-	}
 	set := startPeeringController(t, c, controller.PeeringOptions{
 		Name:         "peering-diagnose-s4",
 		Config:       peering.Config{PruneGracePeriod: grace, Evidence: peering.EvidenceOptions{ReportMaxAge: 6 * time.Second}},

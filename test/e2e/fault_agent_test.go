@@ -31,24 +31,11 @@ func TestFaultAgentAPIOutage(t *testing.T) {
 	bins := birdtest.Require(t, bird.Bird16)
 	c := startSandbox(t, 3, faultTimings())
 	ctx := testContext(t, 8*time.Minute)
-	lab, err := birdlab.New(birdlab.Options{
-		Bins: bins, Nodes: 3, Net: 21, Dir: shortDir(t),
-		GracefulRestartTime: 10, GracefulRestartWait: bird.DefaultGracefulRestartWait,
-		Include:  true,
-		NodeName: func(i int) string { return c.NodeNames[i] },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Errorf("close lab: %v", err)
-		}
-	})
 	const label = "fault.rebound.dev/bgp=yes"
-	for _, n := range lab.Nodes {
-		annotateBGP(ctx, t, c, n, label)
-	}
+	lab := birdLabOnSandbox(ctx, t, c, birdlab.Options{
+		Bins: bins, Nodes: 3, Net: 21, Dir: shortDir(t), Include: true,
+		GracefulRestartTime: 10, GracefulRestartWait: bird.DefaultGracefulRestartWait,
+	}, label)
 	set := startPeeringController(t, c, controller.PeeringOptions{
 		Name:         "peering-fault",
 		Config:       peering.Config{PruneGracePeriod: 20 * time.Second},

@@ -90,15 +90,25 @@ func startAgent(t *testing.T, c *sandbox.Cluster, lab *birdlab.Lab, n *birdlab.N
 
 // annotateBGP tells the sandbox's Node where its BIRD listens
 // (scenario.AnnotateBGP). label, when set ("key=value"), is added too.
-func annotateBGP(ctx context.Context, t *testing.T, c *sandbox.Cluster, n *birdlab.Node, label string) {
+// birdLabOnSandbox is scenario.BirdLabOnSandbox for a test: the lab's
+// nodes are the sandbox's, annotated (and labelled with label, "k=v",
+// when it is not empty), and the lab closes when the test ends.
+func birdLabOnSandbox(ctx context.Context, t *testing.T, c *sandbox.Cluster, opts birdlab.Options, label string) *birdlab.Lab {
 	t.Helper()
 	var labels map[string]string
 	if k, v, ok := strings.Cut(label, "="); ok {
 		labels = map[string]string{k: v}
 	}
-	if err := scenario.AnnotateBGP(ctx, c.Client, n, labels); err != nil {
+	lab, err := scenario.BirdLabOnSandbox(ctx, c, opts, labels)
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := lab.Close(); err != nil {
+			t.Errorf("close lab: %v", err)
+		}
+	})
+	return lab
 }
 
 // inSetLabel reads a node's peering.rebound.dev/in-set label.

@@ -53,21 +53,7 @@ func TestS6FlappingNode(t *testing.T) {
 	ctx := testContext(t, 8*time.Minute)
 	cfg := peering.Config{PruneGracePeriod: s6PruneBase, Evidence: peering.EvidenceOptions{ReportMaxAge: 6 * time.Second}}
 
-	lab, err := birdlab.New(birdlab.Options{
-		Bins: bins, Nodes: 3, Net: 31, Dir: shortDir(t), Include: true,
-		NodeName: func(i int) string { return c.NodeNames[i] },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	for _, n := range lab.Nodes {
-		annotateBGP(ctx, t, c, n, "")
-	}
+	lab := birdLabOnSandbox(ctx, t, c, birdlab.Options{Bins: bins, Nodes: 3, Net: 31, Dir: shortDir(t), Include: true}, "")
 	set := startPeeringController(t, c, controller.PeeringOptions{
 		Name: "peering-s6", Config: cfg, State: controllerState("rebound-peering-s6"),
 	})

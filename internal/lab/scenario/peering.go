@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -26,6 +27,7 @@ import (
 	"rebound/internal/controller"
 	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/install"
+	"rebound/internal/lab/sandbox"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
 )
@@ -157,6 +159,31 @@ func StartAgent(cfg *rest.Config, lab *birdlab.Lab, n *birdlab.Node, opts agent.
 	ra := &Agent{Agent: a, cancel: cancel, done: make(chan error, 1)}
 	go func() { ra.done <- a.Run(ctx) }()
 	return ra, nil
+}
+
+// BirdLabOnSandbox starts a lab of BIRD daemons whose nodes are the
+// sandbox's Nodes (lab node i is c.NodeNames[i], every one of them when
+// opts.Nodes is 0) and annotates each Node with its BIRD's address and
+// port, as Calico records them, adding extraLabels. The caller closes the
+// lab; on an error there is none to close.
+func BirdLabOnSandbox(ctx context.Context, c *sandbox.Cluster, opts birdlab.Options, extraLabels map[string]string) (*birdlab.Lab, error) {
+	if opts.Nodes == 0 {
+		opts.Nodes = len(c.NodeNames)
+	}
+	if opts.Nodes > len(c.NodeNames) {
+		return nil, fmt.Errorf("a lab of %d BIRD nodes on a sandbox of %d Nodes", opts.Nodes, len(c.NodeNames))
+	}
+	opts.NodeName = func(i int) string { return c.NodeNames[i] }
+	lab, err := birdlab.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range lab.Nodes {
+		if err := AnnotateBGP(ctx, c.Client, n, extraLabels); err != nil {
+			return nil, errors.Join(err, lab.Close())
+		}
+	}
+	return lab, nil
 }
 
 // AnnotateBGP tells node n's Node where its BIRD listens, the way Calico

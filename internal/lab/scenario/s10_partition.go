@@ -161,19 +161,11 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	lab, err := birdlab.New(birdlab.Options{
-		Bins: opts.Bins, Nodes: len(c.NodeNames), Net: opts.Net, Dir: dir, Include: true,
-		NodeName: func(i int) string { return c.NodeNames[i] },
-	})
+	lab, err := BirdLabOnSandbox(ctx, c, birdlab.Options{Bins: opts.Bins, Net: opts.Net, Dir: dir, Include: true}, nil)
 	if err != nil {
 		return res, err
 	}
 	defer lab.Close()
-	for _, n := range lab.Nodes {
-		if err := AnnotateBGP(ctx, c.Client, n, nil); err != nil {
-			return res, err
-		}
-	}
 	if err := waitMembers(ctx, c, opts.PeerSet, 60*time.Second, "every node in the published set", func(m []string) bool { return len(m) == len(c.NodeNames) }); err != nil {
 		return res, err
 	}

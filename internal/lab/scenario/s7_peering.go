@@ -103,19 +103,11 @@ func S7ControlPlanePartitionPeering(ctx context.Context, c *sandbox.Cluster, opt
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	lab, err := birdlab.New(birdlab.Options{
-		Bins: opts.Bins, Nodes: len(c.NodeNames), Net: opts.Net, Dir: dir, Include: true,
-		NodeName: func(i int) string { return c.NodeNames[i] },
-	})
+	lab, err := BirdLabOnSandbox(ctx, c, birdlab.Options{Bins: opts.Bins, Net: opts.Net, Dir: dir, Include: true}, nil)
 	if err != nil {
 		return res, err
 	}
 	defer lab.Close()
-	for _, n := range lab.Nodes {
-		if err := AnnotateBGP(ctx, c.Client, n, nil); err != nil {
-			return res, err
-		}
-	}
 	set := types.NamespacedName{Namespace: peering.DefaultPeerSetNamespace, Name: peering.DefaultPeerSetName}
 	pc, err := StartPeeringController(ctx, c.Config, controller.PeeringOptions{
 		Name:    "peering-s7",
