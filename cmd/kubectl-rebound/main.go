@@ -10,28 +10,18 @@
 package main
 
 import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/spf13/cobra"
 
 	"rebound/internal/cli"
 	"rebound/internal/cli/diagnosecmd"
 	"rebound/pkg/diagnose"
-	"rebound/pkg/exitcode"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCommand().ExecuteContext(ctx)
-	stop()
-	// kubectl's own "error: " prefix. An error diagnose does not mark
-	// (an unknown command of the plugin) is a usage error: exit 2, as
-	// diagnose's bad flags, never 1, which means something blocks.
-	os.Exit(exitcode.Report(os.Stderr, "error: ", err, diagnose.ExitCannotRead))
-}
+// main prints errors after kubectl's own "error: " prefix. An error
+// diagnose does not mark (an unknown command of the plugin) is a usage
+// error: exit 2, as diagnose's bad flags, never 1, which means something
+// blocks.
+func main() { cli.Main(newRootCommand(), "error: ", diagnose.ExitCannotRead) }
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{

@@ -8,11 +8,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -22,12 +20,7 @@ import (
 	"rebound/pkg/exitcode"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCommand().ExecuteContext(ctx)
-	stop()
-	os.Exit(exitcode.Report(os.Stderr, "Error: ", err, exitcode.Failed))
-}
+func main() { cli.Main(newRootCommand(), "Error: ", exitcode.Failed) }
 
 // common are the flags every subcommand shares.
 type common struct {

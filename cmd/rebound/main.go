@@ -5,30 +5,16 @@
 package main
 
 import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/spf13/cobra"
 
 	"rebound/internal/cli"
 	"rebound/internal/cli/agentcmd"
 	"rebound/internal/cli/controllercmd"
 	"rebound/internal/cli/diagnosecmd"
-	"rebound/internal/logging"
 	"rebound/pkg/exitcode"
 )
 
-func main() {
-	// Before anything can log through controller-runtime: otherwise it
-	// prints a stack trace into the user's output (see internal/logging).
-	logging.Install(os.Stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCommand().ExecuteContext(ctx)
-	stop()
-	os.Exit(exitcode.Report(os.Stderr, "Error: ", err, exitcode.Failed))
-}
+func main() { cli.Main(newRootCommand(), "Error: ", exitcode.Failed) }
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
