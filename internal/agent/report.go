@@ -2,14 +2,10 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
-	"rebound/api/v1alpha1"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
 )
@@ -33,12 +29,7 @@ type APIReportWriter struct {
 
 // WriteReport applies the report.
 func (w APIReportWriter) WriteReport(ctx context.Context, r peering.Report) error {
-	data, err := json.Marshal(kube.ReportToAPI(r))
-	if err != nil {
-		return err
-	}
-	force := true
-	_, err = w.Client.Resource(v1alpha1.PeeringReports).Patch(ctx, r.Reporter, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: &force})
+	err := kube.ApplyReport(ctx, w.Client, kube.ReportToAPI(r), fieldManager)
 	if err != nil {
 		return fmt.Errorf("write PeeringReport %s: %w", r.Reporter, err)
 	}

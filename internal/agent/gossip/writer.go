@@ -2,14 +2,10 @@ package gossip
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
-	"rebound/api/v1alpha1"
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering/kube"
 )
@@ -36,12 +32,7 @@ type APIWriter struct {
 
 // WriteGossip applies g.
 func (w APIWriter) WriteGossip(ctx context.Context, g liveness.GossipReport) error {
-	data, err := json.Marshal(kube.GossipToAPI(w.Node, g))
-	if err != nil {
-		return err
-	}
-	force := true
-	_, err = w.Client.Resource(v1alpha1.PeeringReports).Patch(ctx, w.Node, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
+	err := kube.ApplyReport(ctx, w.Client, kube.GossipToAPI(w.Node, g), FieldManager)
 	if err != nil {
 		return fmt.Errorf("write the gossip read of PeeringReport %s: %w", w.Node, err)
 	}

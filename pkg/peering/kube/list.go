@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"rebound/api/v1alpha1"
@@ -46,4 +47,20 @@ func ListReports(ctx context.Context, client dynamic.Interface, pageSize int64) 
 		}
 		opts.Continue = l.GetContinue()
 	}
+}
+
+// ApplyReport writes obj, a PeeringReport holding only the fields
+// fieldManager owns, with one forced server-side apply and no read before
+// it: it creates the object the first time and replaces those fields
+// afterwards. The agent's BGP writer and its gossip writer apply to the
+// same object under managers of their own, so neither removes or
+// overwrites the other's fields (RBAC: create and patch only).
+func ApplyReport(ctx context.Context, client dynamic.Interface, obj *v1alpha1.PeeringReport, fieldManager string) error {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	force := true
+	_, err = client.Resource(v1alpha1.PeeringReports).Patch(ctx, obj.Name, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: &force})
+	return err
 }
