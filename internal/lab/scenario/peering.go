@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -184,6 +185,38 @@ func BirdLabOnSandbox(ctx context.Context, c *sandbox.Cluster, opts birdlab.Opti
 		}
 	}
 	return lab, nil
+}
+
+// StartMeshAgents starts one agent per lab node, reading set and logging
+// to logs, with the lab scenarios' intervals, and waits until every BIRD
+// has every session Established. stop stops the agents started, also
+// when it returns an error.
+func StartMeshAgents(ctx context.Context, c *sandbox.Cluster, lab *birdlab.Lab, set types.NamespacedName, logs io.Writer) (agents []*Agent, stop func(), err error) {
+	stop = func() {
+		for _, a := range agents {
+			_ = a.Stop()
+		}
+	}
+	for _, n := range lab.Nodes {
+		a, err := StartAgent(c.Config, lab, n, agent.Options{
+			PeerSet: set, Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		})
+		if err != nil {
+			return agents, stop, err
+		}
+		agents = append(agents, a)
+	}
+	err = birdlab.Poll(ctx, 200*time.Millisecond, 90*time.Second, "every session Established", func() (bool, string) {
+		for _, n := range lab.Nodes {
+			ok, why, err := birdlab.Established(ctx, n, birdlab.Others(lab.Nodes, n))
+			if !ok {
+				return false, fmt.Sprint(n.Name, " lacks ", why, " ", err)
+			}
+		}
+		return true, ""
+	})
+	return agents, stop, err
 }
 
 // AnnotateBGP tells node n's Node where its BIRD listens, the way Calico

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"rebound/internal/agent"
 	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/birdproc"
 	"rebound/internal/lab/sandbox"
@@ -172,31 +170,9 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 	if err := lab.StartAll(ctx); err != nil {
 		return res, err
 	}
-	var agents []*Agent
-	defer func() {
-		for _, a := range agents {
-			_ = a.Stop()
-		}
-	}()
-	for _, n := range lab.Nodes {
-		a, err := StartAgent(c.Config, lab, n, agent.Options{
-			PeerSet: opts.PeerSet, Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second,
-			Logger: slog.New(slog.NewTextHandler(opts.Logs, nil)),
-		})
-		if err != nil {
-			return res, err
-		}
-		agents = append(agents, a)
-	}
-	if err := birdlab.Poll(ctx, 200*time.Millisecond, 90*time.Second, "every session Established", func() (bool, string) {
-		for _, n := range lab.Nodes {
-			ok, why, err := birdlab.Established(ctx, n, birdlab.Others(lab.Nodes, n))
-			if !ok {
-				return false, fmt.Sprint(n.Name, " lacks ", why, " ", err)
-			}
-		}
-		return true, ""
-	}); err != nil {
+	_, stopAgents, err := StartMeshAgents(ctx, c, lab, opts.PeerSet, opts.Logs)
+	defer stopAgents()
+	if err != nil {
 		return res, err
 	}
 	if err := waitLabelled(ctx, c, c.NodeNames); err != nil {

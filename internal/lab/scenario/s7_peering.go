@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
-	"rebound/internal/agent"
 	"rebound/internal/controller"
 	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/birdproc"
@@ -124,31 +122,9 @@ func S7ControlPlanePartitionPeering(ctx context.Context, c *sandbox.Cluster, opt
 	if err := lab.StartAll(ctx); err != nil {
 		return res, err
 	}
-	var agents []*Agent
-	defer func() {
-		for _, a := range agents {
-			_ = a.Stop()
-		}
-	}()
-	for _, n := range lab.Nodes {
-		a, err := StartAgent(c.Config, lab, n, agent.Options{
-			PeerSet: set, Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second,
-			Logger: slog.New(slog.NewTextHandler(opts.Logs, nil)),
-		})
-		if err != nil {
-			return res, err
-		}
-		agents = append(agents, a)
-	}
-	if err := birdlab.Poll(ctx, 200*time.Millisecond, 90*time.Second, "every session Established", func() (bool, string) {
-		for _, n := range lab.Nodes {
-			ok, why, err := birdlab.Established(ctx, n, birdlab.Others(lab.Nodes, n))
-			if !ok {
-				return false, fmt.Sprint(why, err)
-			}
-		}
-		return true, ""
-	}); err != nil {
+	agents, stopAgents, err := StartMeshAgents(ctx, c, lab, set, opts.Logs)
+	defer stopAgents()
+	if err != nil {
 		return res, err
 	}
 	before, err := PublishedSet(ctx, c.Client, set)
