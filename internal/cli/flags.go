@@ -21,6 +21,7 @@ func AddZoneFlags(f *pflag.FlagSet, c *zone.Config) {
 	f.Int32Var(&c.LargeClusterSizeThreshold, "large-cluster-size-threshold", c.LargeClusterSizeThreshold, "kube-controller-manager's --large-cluster-size-threshold")
 	f.Float64Var(&c.EvictionLimiterQPS, "node-eviction-rate", c.EvictionLimiterQPS, "kube-controller-manager's --node-eviction-rate")
 	f.Float64Var(&c.SecondaryEvictionLimiterQPS, "secondary-node-eviction-rate", c.SecondaryEvictionLimiterQPS, "kube-controller-manager's --secondary-node-eviction-rate")
+	f.DurationVar(&c.NodeMonitorGracePeriod, "node-monitor-grace-period", c.NodeMonitorGracePeriod, "kube-controller-manager's --node-monitor-grace-period: after a stall of every node (or every Lease) ends, a node not back yet is judged only this long after the end, as upstream resets its nodes' probe times")
 }
 
 // AddReplacementTimeoutFlag registers --replacement-timeout, bound to d:

@@ -88,11 +88,11 @@ func TestAddZoneFlags(t *testing.T) {
 	if c != zone.DefaultConfig() {
 		t.Fatalf("defaults %+v, want %+v", c, zone.DefaultConfig())
 	}
-	cmd.SetArgs([]string{"--unhealthy-zone-threshold", "0.6", "--large-cluster-size-threshold", "10", "--node-eviction-rate", "1", "--secondary-node-eviction-rate", "0.5"})
+	cmd.SetArgs([]string{"--unhealthy-zone-threshold", "0.6", "--large-cluster-size-threshold", "10", "--node-eviction-rate", "1", "--secondary-node-eviction-rate", "0.5", "--node-monitor-grace-period", "12s"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	want := zone.Config{UnhealthyZoneThreshold: 0.6, LargeClusterSizeThreshold: 10, EvictionLimiterQPS: 1, SecondaryEvictionLimiterQPS: 0.5}
+	want := zone.Config{UnhealthyZoneThreshold: 0.6, LargeClusterSizeThreshold: 10, EvictionLimiterQPS: 1, SecondaryEvictionLimiterQPS: 0.5, NodeMonitorGracePeriod: 12 * time.Second}
 	if c != want {
 		t.Errorf("parsed %+v, want %+v", c, want)
 	}

@@ -111,6 +111,9 @@ type NodeVerdict struct {
 	// plus Options.LeaseMargin. Zero and false without a Lease plane.
 	LeaseRenewSeen time.Time `json:"leaseRenewSeen,omitzero"`
 	LeaseStale     bool      `json:"leaseStale,omitempty"`
+	// LeaseStaleAt is when the Lease goes (or went) stale without a new
+	// renewal: LeaseRenewSeen plus the renew interval and the margin.
+	LeaseStaleAt time.Time `json:"leaseStaleAt,omitzero"`
 	// The gossip plane: how many agents watch the node on the gossip ring
 	// and how many of them, by their own direct probes, say it is dead
 	// or alive.

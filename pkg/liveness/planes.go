@@ -197,7 +197,7 @@ func (p *planes) lease(name string, v *NodeVerdict) (staleAt time.Time, known bo
 	if staleAt.IsZero() {
 		return time.Time{}, false
 	}
-	v.LeaseRenewSeen = l.RenewSeen
+	v.LeaseRenewSeen, v.LeaseStaleAt = l.RenewSeen, staleAt
 	v.LeaseStale = p.now.After(staleAt)
 	return staleAt, true
 }

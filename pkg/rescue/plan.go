@@ -79,6 +79,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"rebound/pkg/kubestatus"
+	"rebound/pkg/liveness"
 	"rebound/pkg/unreachable"
 	"rebound/pkg/zone"
 )
@@ -247,6 +248,11 @@ type planner struct {
 	// (zone.FullDisruptionEnd): the end of a full disruption this
 	// planner may never have seen.
 	firstReturn time.Time
+	// leases is the Lease plane over every node (the verdicts'), and
+	// grace kube-controller-manager's node grace period: a node not back
+	// when a stall ends is judged only this long after the end.
+	leases liveness.LeasePlane
+	grace  time.Duration
 }
 
 // PlanFor decides, from a snapshot, which critical pods are stranded and
@@ -259,10 +265,17 @@ func PlanFor(s Snapshot) Plan {
 	if err := cfg.Validate(); err != nil {
 		p.warnings = append(p.warnings, "zone config: "+err.Error())
 	}
+	p.grace = cfg.NodeMonitorGracePeriod
 	infos, notReady, readyNodes := indexNodes(s.Nodes, s.Verdicts, s.LeaseRenewTimes)
 	p.totalNodes = len(infos)
 	p.readyNodes = readyNodes
-	p.disruption = Disruption{Active: p.totalNodes > 0 && p.readyNodes == 0, EndedAt: s.PreviousDisruption.EndedAt}
+	p.leases = liveness.Assessment{Nodes: s.Verdicts}.LeasePlane()
+	stalled := p.totalNodes > 0 && p.leases.Stalled()
+	p.disruption = Disruption{
+		Active:     p.totalNodes > 0 && (p.readyNodes == 0 || stalled),
+		LeaseStall: stalled,
+		EndedAt:    s.PreviousDisruption.EndedAt,
+	}
 	if s.PreviousDisruption.Active && !p.disruption.Active {
 		p.disruption.EndedAt = s.Now
 	}
@@ -303,21 +316,41 @@ func PlanFor(s Snapshot) Plan {
 }
 
 // clockStart is when a node's maxUnavailableTime clock started: its
-// NotReady transition, or later: when rebound first saw it NotReady (the
-// liveness verdict's Since: a kubelet whose clock is behind writes an old
-// transition, and a controller restarted during an incident starts its
-// clocks again), or the end of the last full disruption, whether this
-// planner saw it (Disruption.EndedAt) or reads it from the nodes
-// (firstReturn). For a policy with detection TwoPlanes and a node dead on
-// both planes and marked unreachable, it is the detection instead (the
-// Lease went stale on rebound's own clock, so neither a kubelet's clock
-// nor a restart can make it look old), still no earlier than the end of a
-// full disruption.
+// NotReady transition, or later:
+//   - when rebound first saw it NotReady (the liveness verdict's Since: a
+//     kubelet whose clock is behind writes an old transition, and a
+//     controller restarted during an incident starts its clocks again);
+//   - when its Lease went stale on rebound's clock: a node whose Lease
+//     renews reaches the API, whatever its Ready flag says, and is not
+//     stranded (its clock starts when the Lease stops, in the future
+//     while it renews);
+//   - the node grace period after the end of the last stall (every node
+//     NotReady, or no Lease renewing), whether this planner saw it
+//     (Disruption.EndedAt) or reads it from the nodes (firstReturn):
+//     kube-controller-manager resets every node's probe time when it
+//     leaves full disruption, so a node not back yet is judged only a
+//     node grace period later, and the kubelets that come back one after
+//     another in that time are never judged for a NotReady that the
+//     stall caused.
+//
+// For a policy with detection TwoPlanes and a node dead on both planes and
+// marked unreachable, it is the detection instead (the Lease went stale on
+// rebound's own clock, so neither a kubelet's clock nor a restart can make
+// it look old), still no earlier than the node grace period after a stall.
 func (p *planner) clockStart(node *nodeState, rule *policyRule) time.Time {
 	if tp := node.twoPlaneFor(rule); tp != nil {
-		return latest(tp.DetectedAt, p.disruption.EndedAt, p.firstReturn)
+		return latest(tp.DetectedAt, p.settled(p.disruption.EndedAt), p.settled(p.firstReturn))
 	}
-	return latest(node.since, node.observed, p.disruption.EndedAt, p.firstReturn)
+	return latest(node.since, node.observed, node.leaseStaleAt, p.settled(p.disruption.EndedAt), p.settled(p.firstReturn))
+}
+
+// settled is the node grace period after the end of a stall; zero for no
+// stall.
+func (p *planner) settled(end time.Time) time.Time {
+	if end.IsZero() {
+		return end
+	}
+	return end.Add(p.grace)
 }
 
 // twoPlaneFor is the node's two-plane check when rule counts on it; nil
@@ -338,12 +371,16 @@ func (p *planner) clockRestartNote(node *nodeState, rule *policyRule) string {
 		return fmt.Sprintf(" (policy %s detects on two planes: the clock counts from %s, when the node's Lease went stale on rebound's clock with its gossip watchers saying dead)", rule.name, formatTime(start))
 	case !start.After(node.since):
 		return ""
+	case start.Equal(node.leaseStaleAt) && start.After(p.now):
+		return fmt.Sprintf(" (its Lease renews on rebound's clock, last seen %s: a kubelet that reaches the API is not stranded, whatever its Ready flag says; the clock starts when the Lease goes stale, at %s)", formatTime(node.leaseRenewSeen), formatTime(start))
+	case start.Equal(node.leaseStaleAt):
+		return fmt.Sprintf(" (the clock counts from %s, when its Lease went stale on rebound's clock: it was seen renewing after the NotReady transition)", formatTime(start))
 	case start.Equal(node.observed):
 		return fmt.Sprintf(" (the clock counts from %s, when rebound first saw the node NotReady: the transition time is written by the node or by an earlier controller, and rebound counts only on its own clock)", formatTime(start))
-	case start.Equal(p.disruption.EndedAt):
-		return fmt.Sprintf(" (the clock restarted at %s, when a full disruption ended, as kube-controller-manager restarts its own)", formatTime(start))
+	case start.Equal(p.settled(p.disruption.EndedAt)):
+		return fmt.Sprintf(" (the clock restarted at %s, the node grace period %s after a stall ended at %s (every node NotReady, or no Lease renewing), as kube-controller-manager resets its nodes' probe times: the nodes coming back one after another are not judged before)", formatTime(start), p.grace, formatTime(p.disruption.EndedAt))
 	default:
-		return fmt.Sprintf(" (the clock restarted at %s, when the first node Ready now returned: every node Ready now was NotReady after this one went NotReady, so a full disruption may have ended then)", formatTime(start))
+		return fmt.Sprintf(" (the clock restarted at %s, the node grace period %s after the first node Ready now returned at %s: every node Ready now was NotReady after this one went NotReady, so a full disruption may have ended then)", formatTime(start), p.grace, formatTime(p.firstReturn))
 	}
 }
 

@@ -562,9 +562,10 @@ func TestRateLimitLedger(t *testing.T) {
 // TestFullDisruptionHeal: the partition heals node by node. The first plan
 // that sees node-0 Ready again must not find node-3's pod stranded (its
 // node was NotReady for minutes, but only because the control plane was
-// cut off): the maxUnavailableTime clock restarts when the full disruption
-// ends, as kube-controller-manager's does (the state is carried from plan
-// to plan in Plan.Disruption / Snapshot.PreviousDisruption).
+// cut off): the maxUnavailableTime clock restarts a node grace period
+// after the full disruption ends, as kube-controller-manager resets its
+// nodes' probe times then (the state is carried from plan to plan in
+// Plan.Disruption / Snapshot.PreviousDisruption).
 func TestFullDisruptionHeal(t *testing.T) {
 	w := s1(at(5 * time.Minute))
 	n0 := node0(w)
@@ -585,20 +586,26 @@ func TestFullDisruptionHeal(t *testing.T) {
 		t.Fatalf("disruption after node-0 returned: %+v", healing.Disruption)
 	}
 	cp := healing.Critical[0]
-	if cp.Decision != DecisionNotYet || len(healing.Actions) != 0 || !strings.Contains(cp.Reason, "the clock restarted at 2026-03-01T12:05:02Z") {
+	if cp.Decision != DecisionNotYet || len(healing.Actions) != 0 || !strings.Contains(cp.Reason, "the clock restarted at 2026-03-01T12:05:52Z, the node grace period 50s after a stall ended at 2026-03-01T12:05:02Z") {
 		t.Fatalf("healing: %s %q, actions %v", cp.Decision, cp.Reason, healing.Actions)
 	}
-	if want := w.s.Now.Add(30 * time.Second); !cp.Deadline.Equal(want) || !healing.NextCheck.Equal(want) {
+	if want := w.s.Now.Add(50*time.Second + 30*time.Second); !cp.Deadline.Equal(want) || !healing.NextCheck.Equal(want) {
 		t.Errorf("deadline %v, next check %v, want both %v", cp.Deadline, healing.NextCheck, want)
 	}
 
-	// node-3 still NotReady a whole maxUnavailableTime after the heal: now
-	// it is stranded, and rebound acts.
+	// A maxUnavailableTime after the heal, but within the node grace
+	// period: other nodes may still be on their way back.
 	w.s.Now = w.s.Now.Add(31 * time.Second)
 	w.s.PreviousDisruption = healing.Disruption
+	if p := PlanFor(w.s); p.Critical[0].Decision != DecisionNotYet {
+		t.Errorf("a maxUnavailableTime after the heal, within the grace: %s, want NotYet", p.Critical[0].Decision)
+	}
+	// node-3 still NotReady a grace period and a whole maxUnavailableTime
+	// after the heal: now it is stranded, and rebound acts.
+	w.s.Now = w.s.Now.Add(50 * time.Second)
 	later := PlanFor(w.s)
 	if later.Critical[0].Decision != DecisionAct {
-		t.Errorf("a maxUnavailableTime after the heal: %s, want Act", later.Critical[0].Decision)
+		t.Errorf("the grace and a maxUnavailableTime after the heal: %s, want Act", later.Critical[0].Decision)
 	}
 }
 
@@ -606,20 +613,21 @@ func TestFullDisruptionHeal(t *testing.T) {
 // disruption (the controller restarted, or was cut off from the apiserver
 // with the nodes) reads its end from the nodes: node-0, the only Ready
 // node, returned after node-3 went NotReady, so node-3's clock starts at
-// node-0's return, not at its own NotReady transition long ago.
+// node-0's return plus the node grace period, not at its own NotReady
+// transition long ago.
 func TestFullDisruptionHealUnseen(t *testing.T) {
 	returned := at(5 * time.Minute)
 	w := s1(returned.Add(10 * time.Second))
 	node0(w).Status.Conditions[0].LastTransitionTime = metav1.NewTime(returned)
 	p := PlanFor(w.s)
 	cp := p.Critical[0]
-	if cp.Decision != DecisionNotYet || len(p.Actions) != 0 || !strings.Contains(cp.Reason, "the clock restarted at 2026-03-01T12:05:00Z, when the first node Ready now returned") {
+	if cp.Decision != DecisionNotYet || len(p.Actions) != 0 || !strings.Contains(cp.Reason, "the clock restarted at 2026-03-01T12:05:50Z, the node grace period 50s after the first node Ready now returned at 2026-03-01T12:05:00Z") {
 		t.Fatalf("fresh planner after an unseen full disruption: %s %q, actions %v", cp.Decision, cp.Reason, p.Actions)
 	}
-	if want := returned.Add(30 * time.Second); !cp.Deadline.Equal(want) || !p.NextCheck.Equal(want) {
+	if want := returned.Add(50*time.Second + 30*time.Second); !cp.Deadline.Equal(want) || !p.NextCheck.Equal(want) {
 		t.Errorf("deadline %v, next check %v, want both %v", cp.Deadline, p.NextCheck, want)
 	}
-	w.s.Now = returned.Add(31 * time.Second)
+	w.s.Now = returned.Add(81 * time.Second)
 	if p := PlanFor(w.s); p.Critical[0].Decision != DecisionAct {
 		t.Errorf("a maxUnavailableTime after node-0's return: %s, want Act", p.Critical[0].Decision)
 	}

@@ -104,8 +104,12 @@ type Snapshot struct {
 
 // Disruption is the full-disruption state a plan carries to the next one.
 type Disruption struct {
-	// Active: no node was Ready.
+	// Active: no node was Ready, or no node's Lease renewed on rebound's
+	// clock (LeaseStall).
 	Active bool
+	// LeaseStall: every Lease rebound knows was stale (the Lease plane
+	// sees a stall before the Ready flags catch up).
+	LeaseStall bool
 	// EndedAt is when the last full disruption ended (the first plan
 	// that saw a Ready node again); zero if none was seen.
 	EndedAt time.Time
@@ -179,6 +183,10 @@ type nodeState struct {
 	// policies examine its pods.
 	twoPlane *TwoPlaneCheck
 	early    bool
+	// leaseStaleAt is when its Lease went, or goes, stale on rebound's
+	// clock (liveness.NodeVerdict.LeaseStaleAt), leaseRenewSeen its last
+	// renewal seen; zero without a Lease plane.
+	leaseStaleAt, leaseRenewSeen time.Time
 	// incident is when the node's trouble began, the key of the one scale
 	// bounce per incident: the NotReady transition, or the time rebound
 	// marked it unreachable when that was earlier (the same incident,
@@ -235,6 +243,9 @@ func indexNodes(nodes []*corev1.Node, verdicts map[string]liveness.NodeVerdict, 
 				if v.Verdict == liveness.CutOffFromAPI {
 					ns.alive = v.Reason
 				}
+			}
+			if v, ok := verdicts[n.Name]; ok {
+				ns.leaseStaleAt, ns.leaseRenewSeen = v.LeaseStaleAt, v.LeaseRenewSeen
 			}
 		}
 		for i := range n.Spec.Taints {

@@ -229,7 +229,7 @@ func (t *targetIndex) build(s *Snapshot, notReady map[string]*nodeState) {
 			continue
 		}
 		t.nodeLabels[n.Name] = n.Labels
-		if notReady[n.Name] == nil && !unreachable.DeadEarly(n, s.Verdicts[n.Name]) {
+		if notReady[n.Name] == nil && !unreachable.DeadEarly(n, s.Verdicts[n.Name]) && !s.Verdicts[n.Name].LeaseStale {
 			t.ready = append(t.ready, n)
 			t.rooms[n.Name] = &room{node: n, used: corev1.ResourceList{}}
 		}
@@ -961,25 +961,32 @@ func taintString(t *corev1.Taint) string {
 const maxReasonGroups = 8
 
 // downCounts counts the nodes no replacement may go to: NotReady ones,
-// and those the API has Ready that are dead on both planes, marked or not
-// (a replacement sent there would never start).
-func (p *planner) downCounts() (notReady, dead int) {
+// those the API has Ready that are dead on both planes, marked or not (a
+// replacement sent there would never start), and those the API has Ready
+// whose Lease is stale on rebound's clock (their kubelet does not reach
+// the API now: the Ready flag has not caught up yet).
+func (p *planner) downCounts() (c downCount) {
 	for _, n := range p.snap.Nodes {
 		switch {
 		case n == nil:
 		case p.idx.notReady[n.Name] != nil && !p.idx.notReady[n.Name].early:
-			notReady++
+			c.notReady++
 		case p.idx.notReady[n.Name] != nil, unreachable.DeadEarly(n, p.snap.Verdicts[n.Name]):
-			dead++
+			c.dead++
+		case p.snap.Verdicts[n.Name].LeaseStale:
+			c.leaseStale++
 		}
 	}
-	return notReady, dead
+	return c
 }
+
+// downCount is what downCounts counts.
+type downCount struct{ notReady, dead, leaseStale int }
 
 // summarizeRejections groups the nodes by reason, a few names each, so
 // that the reason stays readable with a thousand nodes. NotReady nodes,
 // and Ready ones dead on both planes, are counted, not listed one by one.
-func summarizeRejections(rejected []rejection, notReady, dead int) string {
+func summarizeRejections(rejected []rejection, down downCount) string {
 	var groups []string
 	byWhy := map[string][]string{}
 	for _, r := range rejected {
@@ -1001,11 +1008,14 @@ func summarizeRejections(rejected []rejection, notReady, dead int) string {
 		}
 		parts = append(parts, g+": "+nodeList(byWhy[g]))
 	}
-	if notReady > 0 {
-		parts = append(parts, fmt.Sprintf("NotReady: %d node(s)", notReady))
+	if down.notReady > 0 {
+		parts = append(parts, fmt.Sprintf("NotReady: %d node(s)", down.notReady))
 	}
-	if dead > 0 {
-		parts = append(parts, fmt.Sprintf("Ready in the API but dead on both planes: %d node(s)", dead))
+	if down.dead > 0 {
+		parts = append(parts, fmt.Sprintf("Ready in the API but dead on both planes: %d node(s)", down.dead))
+	}
+	if down.leaseStale > 0 {
+		parts = append(parts, fmt.Sprintf("Ready in the API but its Lease stale on rebound's clock: %d node(s)", down.leaseStale))
 	}
 	if len(parts) == 0 {
 		return "the cluster has no node"
@@ -1029,8 +1039,16 @@ func nodeList(nodes []string) string {
 func (p *planner) placeReplacement(c *candidate) (slot int, ok bool) {
 	cp := &p.critical[c.pod]
 	if p.readyNodes == 0 {
-		p.report(cp, DecisionHeld, "every node is NotReady (%d of %d): like kube-controller-manager in full disruption, rebound evicts nothing, because the control plane is the likelier side cut off and a replacement could run nowhere; held until a node is Ready again",
-			p.totalNodes, p.totalNodes)
+		p.report(cp, DecisionHeld, "every node is NotReady (%d of %d): like kube-controller-manager in full disruption, rebound evicts nothing, because the control plane is the likelier side cut off and a replacement could run nowhere; held until a node is Ready again, and then for the node grace period %s",
+			p.totalNodes, p.totalNodes, p.grace)
+		return 0, false
+	}
+	if p.disruption.LeaseStall {
+		p.report(cp, DecisionHeld, "no node's Lease renews on rebound's clock (%d of %d stale): every kubelet has lost the API, so the control plane or the path to it is the likelier side cut off, whatever the Ready flags say until they catch up; like kube-controller-manager in full disruption, rebound evicts nothing; held until a Lease renews, and then for the node grace period %s",
+			p.leases.Stale, p.leases.Known, p.grace)
+		// A renewal starts no pass (the Lease plane's events only feed
+		// its tracker); the first node Ready again does, and so does this.
+		p.wake(p.now.Add(noTargetRecheck))
 		return 0, false
 	}
 	t := p.targetIndex()
@@ -1046,9 +1064,8 @@ func (p *planner) placeReplacement(c *candidate) (slot int, ok bool) {
 	}
 	node, rejected := t.findTarget(c.obj, o)
 	if node == "" {
-		notReady, dead := p.downCounts()
 		p.report(cp, DecisionNoTarget, "no Ready node can run the replacement (%s): rebound does not act, because a deleted pod would only stay Pending; re-checked whenever a node changes, and every %s",
-			summarizeRejections(rejected, notReady, dead), noTargetRecheck)
+			summarizeRejections(rejected, p.downCounts()), noTargetRecheck)
 		// Pods leaving a Ready node free room without any node event.
 		p.wake(p.now.Add(noTargetRecheck))
 		return 0, false

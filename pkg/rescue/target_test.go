@@ -593,7 +593,7 @@ func TestSummarizeRejectionsBounded(t *testing.T) {
 	for i := range 20 {
 		rejected = append(rejected, rejection{node: fmt.Sprintf("node-%02d", i), why: fmt.Sprintf("reason %02d", i)})
 	}
-	got := summarizeRejections(rejected, 3, 0)
+	got := summarizeRejections(rejected, downCount{notReady: 3})
 	if n := strings.Count(got, "reason "); n != maxReasonGroups {
 		t.Errorf("%d reasons listed, want %d: %s", n, maxReasonGroups, got)
 	}

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 )
 
 // Node labels read by the upstream controller.
@@ -268,7 +269,18 @@ type Config struct {
 	// 0.01): NoExecute taints per second in a PartialDisruption zone larger
 	// than LargeClusterSizeThreshold.
 	SecondaryEvictionLimiterQPS float64
+	// NodeMonitorGracePeriod is --node-monitor-grace-period (default 50s):
+	// how long a node may post no status before kube-controller-manager
+	// marks it NotReady. When a full disruption ends, upstream resets every
+	// node's probe timestamp, so a node not back yet gets this long again
+	// before it is judged; rebound restarts its clocks the same way
+	// (pkg/rescue). Zero means DefaultNodeMonitorGracePeriod.
+	NodeMonitorGracePeriod time.Duration
 }
+
+// DefaultNodeMonitorGracePeriod is kube-controller-manager's default
+// --node-monitor-grace-period (50s since Kubernetes 1.32).
+const DefaultNodeMonitorGracePeriod = 50 * time.Second
 
 // DefaultConfig returns kube-controller-manager's defaults.
 func DefaultConfig() Config {
@@ -277,6 +289,7 @@ func DefaultConfig() Config {
 		LargeClusterSizeThreshold:   50,
 		EvictionLimiterQPS:          0.1,
 		SecondaryEvictionLimiterQPS: 0.01,
+		NodeMonitorGracePeriod:      DefaultNodeMonitorGracePeriod,
 	}
 }
 
@@ -288,6 +301,11 @@ func DefaultConfig() Config {
 func (c Config) WithDefaults() Config {
 	if c == (Config{}) {
 		return DefaultConfig()
+	}
+	if c.NodeMonitorGracePeriod <= 0 {
+		// A duration of zero is never kube-controller-manager's value
+		// (it would mark every node NotReady at once).
+		c.NodeMonitorGracePeriod = DefaultNodeMonitorGracePeriod
 	}
 	return c
 }
@@ -318,6 +336,10 @@ func (c Config) Validate() error {
 	if err := checkFloat("--secondary-node-eviction-rate", "SecondaryEvictionLimiterQPS", c.SecondaryEvictionLimiterQPS,
 		"set it to kube-controller-manager's value in nodes per second, default 0.01"); err != nil {
 		errs = append(errs, err)
+	}
+	if c.NodeMonitorGracePeriod < 0 {
+		errs = append(errs, fmt.Errorf("--node-monitor-grace-period (Config.NodeMonitorGracePeriod) is %s: must be >= 0 (0 means the default, %s); set it to kube-controller-manager's value",
+			c.NodeMonitorGracePeriod, DefaultNodeMonitorGracePeriod))
 	}
 	return errors.Join(errs...)
 }
