@@ -133,6 +133,14 @@ type Action struct {
 	// the node's Lease, taint and verdict, where it would otherwise
 	// refuse every delete off a Ready node.
 	TwoPlane *TwoPlaneCheck
+	// LeaseRenewTime is, on any other delete, the node's Lease
+	// spec.renewTime the plan read (Snapshot.LeaseRenewTimes): the
+	// executor re-reads the Lease and refuses the delete if it names
+	// another time, since a renewal after the plan means the kubelet
+	// reaches the API again, whatever the Ready flag says yet. Only
+	// compared, never used as a time (the kubelet's clock wrote it). nil:
+	// the caller read no Lease.
+	LeaseRenewTime *time.Time
 	// DryRun: the policy is in dry run; log the action, change nothing.
 	DryRun bool
 	// Reason names the rule, fit for an Event and a log line.
@@ -416,6 +424,9 @@ func (p *planner) propose(i int, pod *corev1.Pod, rule *policyRule, starts bool,
 		// The deletes' re-check; a scale bounce needs no node, and comes
 		// only for a Deployment with no replica available.
 		a.TwoPlane = n.twoPlaneFor(rule)
+		if renew, ok := p.snap.LeaseRenewTimes[cp.Node]; ok && a.TwoPlane == nil {
+			a.LeaseRenewTime = &renew
+		}
 	}
 	cp.Reason = reason
 	p.candidates = append(p.candidates, candidate{pod: i, rule: rule, act: a, startsRescue: starts, obj: pod})

@@ -135,7 +135,7 @@ func startController(t *testing.T, c *sandbox.Cluster, args ...string) *controll
 		"--metrics-bind-address", "0",
 		"--health-probe-bind-address", "0",
 		"--leader-elect",
-	}, args...)
+	}, append(c.Timings.ReboundFlags(), args...)...)
 	cmd := exec.Command(reboundBinary, full...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

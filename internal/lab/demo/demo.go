@@ -500,7 +500,7 @@ func startController(ctx context.Context, c *sandbox.Cluster) error {
 	if err != nil {
 		return err
 	}
-	if err := controller.SetupRecovery(mgr, controller.RecoveryOptions{ZoneConfig: zone.DefaultConfig()}); err != nil {
+	if err := controller.SetupRecovery(mgr, controller.RecoveryOptions{ZoneConfig: zoneConfigOf(c)}); err != nil {
 		return err
 	}
 	go func() {
@@ -566,4 +566,12 @@ func (l *Lane) setMeasured(tl *scenario.Timeline, label string, r scenario.Recov
 	if r.Recovered {
 		l.RecoverySeconds = r.Seconds
 	}
+}
+
+// zoneConfigOf is kube-controller-manager's settings as the sandbox runs
+// them: upstream's defaults and the sandbox's node grace period.
+func zoneConfigOf(c *sandbox.Cluster) zone.Config {
+	cfg := zone.DefaultConfig()
+	cfg.NodeMonitorGracePeriod = c.Timings.NodeMonitorGracePeriod
+	return cfg
 }

@@ -132,3 +132,12 @@ func (o *Options) validate() error {
 	}
 	return o.Timings.Validate()
 }
+
+// ReboundFlags are the flags that tell a rebound controller the
+// kube-controller-manager settings this sandbox runs with, under the same
+// names (cli.AddZoneFlags): every lab controller, in the tests, the bench
+// and the demo, starts with them, as an operator sets them from the
+// cluster's own.
+func (t Timings) ReboundFlags() []string {
+	return []string{"--node-monitor-grace-period=" + t.NodeMonitorGracePeriod.String()}
+}

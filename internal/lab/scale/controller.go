@@ -87,7 +87,7 @@ func StartControllerAs(c *sandbox.Cluster, kubeconfig, bin, name string, args ..
 		// Plain HTTP on loopback: the bench reads the metrics itself.
 		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(mport), "--metrics-insecure",
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(hport),
-	}, args...)
+	}, append(c.Timings.ReboundFlags(), args...)...)
 	cmd := exec.Command(bin, full...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), "KUBECONFIG=")

@@ -136,6 +136,10 @@ func (e *Executor) nodeStillDown(ctx context.Context, a rescue.Action, force boo
 		}
 	} else if kubestatus.NodeReady(n) {
 		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s, re-read from the API just now, is Ready again: not deleting a pod that may be serving", a.Node)}, false
+	} else if a.LeaseRenewTime != nil {
+		if o, ok := e.leaseUnchanged(ctx, a, *a.LeaseRenewTime, what); !ok {
+			return o, false
+		}
 	}
 	if !force {
 		return Outcome{}, true
@@ -147,6 +151,29 @@ func (e *Executor) nodeStillDown(ctx context.Context, a rescue.Action, force boo
 	}
 	return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s, re-read from the API just now, no longer carries %s:NoExecute: not force-deleting",
 		a.Node, corev1.TaintNodeOutOfService)}, false
+}
+
+// leaseUnchanged re-reads the node's Lease before a delete: a renewTime
+// other than the one the plan read, whatever time the kubelet's clock
+// wrote, means the kubelet reached the API since, a moment before its
+// Ready flag says so (at the end of a stall the Lease comes first).
+func (e *Executor) leaseUnchanged(ctx context.Context, a rescue.Action, planned time.Time, what string) (Outcome, bool) {
+	l, err := e.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, a.Node, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("the Lease of node %s that the plan read is gone from %s: not deleting", a.Node, corev1.NamespaceNodeLease)}, false
+	case err != nil:
+		return failed(fmt.Errorf("re-read the Lease of node %s before the %s: %w", a.Node, what, err)), false
+	}
+	var renew time.Time
+	if l.Spec.RenewTime != nil {
+		renew = l.Spec.RenewTime.Time
+	}
+	if !renew.Equal(planned) {
+		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("the Lease of node %s was renewed since the plan (renewTime %s, the plan read %s): its kubelet reaches the API again: not deleting",
+			a.Node, renew.UTC().Format(time.RFC3339Nano), planned.UTC().Format(time.RFC3339Nano))}, false
+	}
+	return Outcome{}, true
 }
 
 // stillDeadOnTwoPlanes stands in for "the node is not Ready" when a

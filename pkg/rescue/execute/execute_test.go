@@ -2,6 +2,7 @@ package execute
 
 import (
 	"context"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"strings"
 	"testing"
 	"time"
@@ -210,5 +211,44 @@ func TestEventTimestamps(t *testing.T) {
 	}
 	if evs, _ := client.CoreV1().Events("kube-system").List(context.Background(), metav1.ListOptions{}); len(evs.Items) != 1 {
 		t.Errorf("AlreadyDone recorded an Event")
+	}
+}
+
+// TestDeleteRereadsLease: a delete planned with the node's Lease renewTime
+// re-reads the Lease. At a stall's end the Lease comes back before the
+// Ready flag: a renewal since the plan, whatever time the kubelet's clock
+// wrote, refuses the delete though the node is still NotReady.
+func TestDeleteRereadsLease(t *testing.T) {
+	planned := time.Date(2026, 3, 1, 11, 59, 40, 0, time.UTC)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns-x", UID: "p-1"}, Spec: corev1.PodSpec{NodeName: "node-3"}}
+	a := rescue.Action{Kind: rescue.ActionDelete, Namespace: "kube-system", Name: "coredns-x", UID: "p-1", Pod: "coredns-x", Node: "node-3", LeaseRenewTime: &planned}
+	for _, tc := range []struct {
+		name   string
+		renew  *time.Time // nil: no Lease
+		want   string
+		detail string
+	}{
+		{"Lease as the plan read it", &planned, rescue.ResultSucceeded, "deleted"},
+		{"Lease renewed since", ptr.To(planned.Add(10 * time.Second)), rescue.ResultRefused, "was renewed since the plan"},
+		{"Lease renewed since, to an older time (a kubelet clock behind)", ptr.To(planned.Add(-time.Hour)), rescue.ResultRefused, "was renewed since the plan"},
+		{"Lease gone", nil, rescue.ResultRefused, "is gone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := []runtime.Object{pod.DeepCopy(), testNode(false)}
+			if tc.renew != nil {
+				objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: "node-3"},
+					Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: *tc.renew}}})
+			}
+			client := fake.NewSimpleClientset(objs...)
+			e := &Executor{Client: client, Component: "rebound.dev/test", Instance: "test"}
+			o := e.Apply(context.Background(), a)
+			if o.Result != tc.want || !strings.Contains(o.Detail, tc.detail) {
+				t.Fatalf("outcome %+v, want %s with %q", o, tc.want, tc.detail)
+			}
+			_, err := client.CoreV1().Pods("kube-system").Get(context.Background(), "coredns-x", metav1.GetOptions{})
+			if deleted := err != nil; deleted != (tc.want == rescue.ResultSucceeded) {
+				t.Errorf("pod deleted = %v", deleted)
+			}
+		})
 	}
 }
