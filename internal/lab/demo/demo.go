@@ -23,7 +23,6 @@ import (
 	"rebound/internal/lab/scenario"
 	"rebound/internal/logging"
 	"rebound/internal/metricsserving"
-	"rebound/pkg/zone"
 )
 
 // Options configure a demo run.
@@ -500,7 +499,7 @@ func startController(ctx context.Context, c *sandbox.Cluster) error {
 	if err != nil {
 		return err
 	}
-	if err := controller.SetupRecovery(mgr, controller.RecoveryOptions{ZoneConfig: zoneConfigOf(c)}); err != nil {
+	if err := controller.SetupRecovery(mgr, controller.RecoveryOptions{ZoneConfig: c.Timings.ZoneConfig()}); err != nil {
 		return err
 	}
 	go func() {
@@ -568,10 +567,3 @@ func (l *Lane) setMeasured(tl *scenario.Timeline, label string, r scenario.Recov
 	}
 }
 
-// zoneConfigOf is kube-controller-manager's settings as the sandbox runs
-// them: upstream's defaults and the sandbox's node grace period.
-func zoneConfigOf(c *sandbox.Cluster) zone.Config {
-	cfg := zone.DefaultConfig()
-	cfg.NodeMonitorGracePeriod = c.Timings.NodeMonitorGracePeriod
-	return cfg
-}

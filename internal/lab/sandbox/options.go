@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"rebound/pkg/zone"
 )
 
 // Timings are the knobs that decide how fast the control plane notices a
@@ -140,4 +142,13 @@ func (o *Options) validate() error {
 // cluster's own.
 func (t Timings) ReboundFlags() []string {
 	return []string{"--node-monitor-grace-period=" + t.NodeMonitorGracePeriod.String()}
+}
+
+// ZoneConfig is kube-controller-manager's node lifecycle settings as this
+// sandbox runs them (upstream's defaults and its node grace period), for a
+// rebound controller or restore bringup in the same process.
+func (t Timings) ZoneConfig() zone.Config {
+	cfg := zone.DefaultConfig()
+	cfg.NodeMonitorGracePeriod = t.NodeMonitorGracePeriod
+	return cfg
 }

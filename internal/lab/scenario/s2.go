@@ -175,7 +175,7 @@ func RunS2(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S2Options
 	}
 	br, err := restore.Bringup(ctx, restore.Options{
 		Client: c.Client, Selection: restore.Selection{Workloads: refs}, Deadline: deadline,
-		WaitOnly: !opts.Bringup, Progress: progress,
+		WaitOnly: !opts.Bringup, Progress: progress, ZoneConfig: c.Timings.ZoneConfig(),
 	})
 	if err != nil {
 		return res, fmt.Errorf("bring-up: %w", err)
