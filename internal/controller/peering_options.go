@@ -57,6 +57,11 @@ type PeeringOptions struct {
 	// Tracker holds rebound's own first sight of each node's Ready state,
 	// shared with the recovery controller; nil means one of its own.
 	Tracker *liveness.Tracker
+	// Leases is the Lease plane (controller --lease-plane), shared with
+	// the recovery controller; nil means none. Without it the gossip
+	// plane confirms no death for the freeze rule: a gossip quorum alone
+	// is one plane.
+	Leases *liveness.LeaseTracker
 }
 
 func (o PeeringOptions) withDefaults() PeeringOptions {

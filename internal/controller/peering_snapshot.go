@@ -27,7 +27,8 @@ type peeringSnapshot struct {
 	// go through fresh objects.
 	Nodes []corev1.Node
 	// Input is the planner's: the selected nodes, their agents' reports,
-	// rebound's first sight of each node's state, the state and config.
+	// rebound's first sight of each node's state, the Lease plane, the
+	// state and config.
 	Input peering.Input
 }
 
@@ -59,7 +60,7 @@ func (r *PeeringReconciler) snapshot(ctx context.Context, log logr.Logger) (peer
 	return peeringSnapshot{
 		Now:   now,
 		Nodes: list.Items,
-		Input: peering.Input{Nodes: nodes, Reports: rs, FirstSeen: firstSeen, State: st, Config: r.opts.Config},
+		Input: peering.Input{Nodes: nodes, Reports: rs, FirstSeen: firstSeen, Leases: r.opts.Leases.Leases(), State: st, Config: r.opts.Config},
 	}, nil
 }
 

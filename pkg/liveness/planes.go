@@ -257,8 +257,11 @@ func (p *planes) judgeReady(name string, v NodeVerdict) NodeVerdict {
 
 // judgeNotReady adds the Lease and gossip planes to the API and BGP
 // verdict v: a watcher with the node alive is first-hand life; a quorum
-// of its watchers dead, with its Lease not renewing, is death (as good as
-// a BGP quorum, and it needs no BGP: BIRD without BFD has none to give).
+// of its watchers dead, with its Lease stale on rebound's clock, is death
+// (as good as a BGP quorum, and it needs no BGP: BIRD without BFD has
+// none to give). Gossip without the Lease plane is never death: it is one
+// plane, and any node holding the gossip key can forge it; nor while the
+// Lease renews: the kubelet still reaches the API.
 func (p *planes) judgeNotReady(name string, v NodeVerdict) NodeVerdict {
 	staleAt, known := p.lease(name, &v)
 	g := p.votes(name, &v)
@@ -271,19 +274,24 @@ func (p *planes) judgeNotReady(name string, v NodeVerdict) NodeVerdict {
 		}
 		v.Reason = fmt.Sprintf("NotReady since %s, but alive: %s", stamp(v.Since), g.alive)
 	case v.Veto != "":
-	case g.dead() && (!known || v.LeaseStale):
+	case !g.dead():
+	case !known:
+		v.Reason += fmt.Sprintf("; %s, but it has no Lease plane to corroborate, and gossip alone is one plane", g)
+	case !v.LeaseStale:
+		// Look again the moment the Lease goes stale.
+		p.wakeAt(staleAt.Add(time.Millisecond))
+		v.Reason += fmt.Sprintf("; %s, but its Lease renewing on rebound's clock does not corroborate", g)
+	default:
 		if v.Verdict != Dead {
 			v.Verdict, v.DownSince = Dead, v.Since
-			v.Reason = fmt.Sprintf("NotReady since %s, and %s (%v), none alive", stamp(v.Since), g, g.downVoters)
+			v.Reason = fmt.Sprintf("NotReady since %s, and %s (%v), none alive, and its Lease stale on rebound's clock", stamp(v.Since), g, g.downVoters)
 		} else {
-			v.Reason += fmt.Sprintf("; gossip agrees: %s", g)
+			v.Reason += fmt.Sprintf("; gossip and the Lease plane agree: %s", g)
 		}
-		if known {
-			v.DetectedAt = staleAt
-			if staleAt.Before(v.DownSince) {
-				v.DownSince = staleAt
-				v.Reason += fmt.Sprintf("; its Lease went stale at %s on rebound's clock", stamp(staleAt))
-			}
+		v.DetectedAt = staleAt
+		if staleAt.Before(v.DownSince) {
+			v.DownSince = staleAt
+			v.Reason += fmt.Sprintf("; its Lease went stale at %s on rebound's clock", stamp(staleAt))
 		}
 	}
 	return v

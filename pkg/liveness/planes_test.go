@@ -207,20 +207,60 @@ func TestTwoPlanesWakesAtLeaseStale(t *testing.T) {
 }
 
 // TestNotReadyGossip: the gossip plane corroborates a NotReady node's
-// death without BGP, and a watcher alive is first-hand life.
+// death without BGP only with the Lease plane: a quorum of its watchers
+// dead and its Lease stale on rebound's clock. Gossip alone is one plane
+// (whoever holds the gossip key can forge it), so without a Lease plane,
+// or with the Lease renewing, it confirms nothing. A watcher alive is
+// first-hand life either way.
 func TestNotReadyGossip(t *testing.T) {
-	w := newGossipWorld(7)
-	w.nodes[3] = down("n3", ago(time.Minute))
-	w.stale("n3")
-	for _, x := range w.watchers("n3") {
-		w.say(x, "n3", GossipDead)
+	const victim = "n3"
+	allDead := func(w *gossipWorld) {
+		for _, x := range w.watchers(victim) {
+			w.say(x, victim, GossipDead)
+		}
 	}
-	if v := w.assess().Of("n3"); v.Verdict != Dead || v.Early || v.DetectedAt.IsZero() {
-		t.Fatalf("verdict %s early %v detected %s: %s", v.Verdict, v.Early, v.DetectedAt, v.Reason)
+	tests := []struct {
+		name  string
+		setup func(w *gossipWorld)
+		want  Verdict
+		words string
+	}{
+		{name: "a quorum of watchers dead and the Lease stale: Dead on two planes", want: Dead, words: "none alive",
+			setup: func(w *gossipWorld) { w.stale(victim); allDead(w) }},
+		{name: "a watcher alive: cut off from the API, not dead", want: CutOffFromAPI, words: "alive",
+			setup: func(w *gossipWorld) {
+				w.stale(victim)
+				allDead(w)
+				w.say(w.watchers(victim)[0], victim, GossipAlive)
+			}},
+		{name: "a quorum of watchers dead, no Lease plane: gossip alone is one plane, not Dead", want: Unknown, words: "no Lease plane",
+			setup: func(w *gossipWorld) { w.leases = nil; allDead(w) }},
+		{name: "a quorum of watchers dead, the node's Lease not tracked: not Dead", want: Unknown, words: "no Lease plane",
+			setup: func(w *gossipWorld) { delete(w.leases, victim); allDead(w) }},
+		{name: "a quorum of watchers dead, the Lease never seen renewed: not Dead", want: Unknown, words: "no Lease plane",
+			setup: func(w *gossipWorld) { w.leases[victim] = Lease{RenewInterval: 10 * time.Second}; allDead(w) }},
+		{name: "a quorum of watchers dead, the Lease renewing: the kubelet reaches the API, not Dead", want: Unknown, words: "Lease renewing",
+			setup: allDead},
 	}
-	w.say(w.watchers("n3")[0], "n3", GossipAlive)
-	if v := w.assess().Of("n3"); v.Verdict != CutOffFromAPI {
-		t.Fatalf("verdict %s with a watcher alive: %s", v.Verdict, v.Reason)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newGossipWorld(7)
+			w.nodes[3] = down(victim, ago(time.Minute))
+			tc.setup(w)
+			v := w.assess().Of(victim)
+			if v.Verdict != tc.want {
+				t.Fatalf("verdict %s, want %s: %s", v.Verdict, tc.want, v.Reason)
+			}
+			if v.Early {
+				t.Errorf("a NotReady node judged early: %s", v.Reason)
+			}
+			if (v.Verdict == Dead) == v.DetectedAt.IsZero() {
+				t.Errorf("verdict %s with DetectedAt %s: a gossip death is detected when the Lease went stale, and only then", v.Verdict, v.DetectedAt)
+			}
+			if !strings.Contains(v.Reason, tc.words) {
+				t.Errorf("reason %q does not say %q", v.Reason, tc.words)
+			}
+		})
 	}
 }
 

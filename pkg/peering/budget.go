@@ -35,8 +35,7 @@ func trackIncident(nodes []Node, st State, now time.Time) *Incident {
 	}
 	inc := &Incident{Since: now}
 	for _, n := range nodes {
-		prev, known := st.Nodes[n.Name]
-		if (known && prev.InSet) || (!known && n.Address.IsValid()) {
+		if wasMember(n, st) {
 			inc.Members = append(inc.Members, n.Name)
 		}
 	}
@@ -67,10 +66,10 @@ func spendLeaveBudget(cfg Config, nodes []Node, st State, lv liveness.Assessment
 	var leaving []int
 	out := 0
 	for i, n := range nodes {
-		prev, known := st.Nodes[n.Name]
 		switch {
 		case decisions[i].reason != OutNotReady:
-		case known && prev.InSet:
+		case wasMember(n, st):
+			// Leaving now, a member the state does not know too.
 			leaving = append(leaving, i)
 		case member[n.Name]:
 			out++ // out already, and staying out while NotReady

@@ -35,12 +35,16 @@ import (
 // always in the set; a NotReady node leaves only after PruneGrace, counted
 // on rebound's own clock (liveness.NodeVerdict.Since), and only while no
 // fresh Ready observer reports a live session with it (a veto); a node
-// with LabelKeepInMesh, or any node when Config.Disabled, stays in. The
-// set never collapses: when every node is NotReady (full disruption: the
+// with LabelKeepInMesh, or any node when Config.Disabled, stays in. A
+// node the state does not know is a member (wasMember: Calico's default
+// mesh), so a planner without state never prunes in one step. The set
+// never collapses: when every node is NotReady (full disruption: the
 // control plane is the likelier side cut off) or more than MaxLeaveShare
-// of the members would leave at once without a quorum confirming them
-// dead, nobody leaves and the result is Frozen; and over a whole incident
-// no more than MaxLeaveShare of the set it began with leaves (budget.go). Two nodes claiming one address are both left out, unless
+// of the members would leave at once without independent evidence of
+// their death (a liveness Dead verdict: a BGP quorum, or gossip with the
+// Lease stale), nobody leaves and the result is Frozen; and over a whole
+// incident no more than MaxLeaveShare of the set it began with leaves,
+// confirmed or not (budget.go). Two nodes claiming one address are both left out, unless
 // one of them was already published with it (it keeps it). Plan is
 // deterministic, and feeding Result.State back with the same input and
 // time changes nothing. A node listed twice counts once (the first).
@@ -116,7 +120,7 @@ func newPlanFacts(in Input, now time.Time) planFacts {
 		nodes:       nodes,
 		reports:     in.Reports,
 		prev:        in.State,
-		lv:          liveness.Assess(liveness.Input{Nodes: livenessNodes(nodes), Reports: in.Reports, FirstSeen: in.FirstSeen, Options: cfg.Evidence}, now),
+		lv:          liveness.Assess(liveness.Input{Nodes: livenessNodes(nodes), Reports: in.Reports, FirstSeen: in.FirstSeen, Leases: in.Leases, Options: cfg.Evidence}, now),
 		dups:        duplicateAddresses(nodes, in.State),
 		firstReturn: zone.FullDisruptionEnd(nodes, func(n Node) (bool, time.Time) { return n.Ready, n.LastTransition }),
 		now:         now,
@@ -134,7 +138,9 @@ type assessment struct {
 	// decides the same.
 	members int
 	// leaving are the members the rules take out; confirmed, those of
-	// them a quorum confirms dead.
+	// them liveness judges Dead on independent evidence: a quorum of
+	// fresh Ready BGP observers with none up, or a gossip quorum with
+	// the Lease stale (never gossip alone, liveness.judgeNotReady).
 	leaving, confirmed int
 }
 
@@ -143,7 +149,7 @@ func (p planFacts) assess(thawedAt time.Time) assessment {
 	restart := latestOf(thawedAt, p.firstReturn)
 	for i, n := range p.nodes {
 		prev, known := p.prev.Nodes[n.Name]
-		wasIn := known && prev.InSet
+		wasIn := wasMember(n, p.prev)
 		if n.Ready {
 			a.allNotReady = false
 		}
@@ -172,7 +178,7 @@ func (a assessment) freezeReason(cfg Config) string {
 	case a.allNotReady:
 		return fmt.Sprintf("full disruption: all %d nodes are NotReady, so the control plane is the likelier side cut off; nobody leaves the set until a node is Ready again", len(a.decisions))
 	case float64(unconfirmed) > cfg.MaxLeaveShare*float64(a.members):
-		return fmt.Sprintf("%d of the %d members would leave at once without a quorum of live peers confirming them down, more than the %g share allowed; nobody leaves until fewer would, or their peers report them down", unconfirmed, a.members, cfg.MaxLeaveShare)
+		return fmt.Sprintf("%d of the %d members would leave at once without a quorum of live peers confirming them down (BGP sessions, or gossip with their Leases stale), more than the %g share allowed; nobody leaves until fewer would, or their peers report them down", unconfirmed, a.members, cfg.MaxLeaveShare)
 	}
 	return ""
 }
@@ -213,13 +219,13 @@ func (p planFacts) settleFreeze() freezeOutcome {
 }
 
 // holdForFreeze keeps in the set, in a new slice, every member the rules
-// would take out while the set is frozen for reason, except those with no
-// address or a duplicate one (nothing to peer with).
+// would take out while the set is frozen for reason (wasMember: those the
+// state does not know too), except those with no address or a duplicate
+// one (nothing to peer with).
 func (p planFacts) holdForFreeze(decisions []decision, reason string) []decision {
 	out := slices.Clone(decisions)
 	for i, n := range p.nodes {
-		prev, known := p.prev.Nodes[n.Name]
-		if d := out[i]; known && prev.InSet && !d.inSet && n.Address.IsValid() && d.reason != OutDuplicate {
+		if d := out[i]; wasMember(n, p.prev) && !d.inSet && n.Address.IsValid() && d.reason != OutDuplicate {
 			out[i] = decision{inSet: true, reason: InFrozen, message: fmt.Sprintf("would leave (%s: %s), but the set is frozen: %s", d.reason, d.message, reason), pruneAt: d.pruneAt}
 		}
 	}
@@ -230,26 +236,28 @@ func (p planFacts) holdForFreeze(decisions []decision, reason string) []decision
 // it makes, if any.
 func (p planFacts) nextNodeState(n Node, d decision) (NodeState, *Change) {
 	prev, known := p.prev.Nodes[n.Name]
-	wasIn := known && prev.InSet
+	wasIn := wasMember(n, p.prev)
 	next := NodeState{InSet: d.inSet, Since: prev.Since, Removals: recentRemovals(prev.Removals, p.now, p.cfg.FlapWindow)}
 	if d.inSet {
 		next.Address = n.Address
 	}
 	var change *Change
+	// A node the state does not know was a member (wasMember): the first
+	// plan keeping it adds nothing to the mesh, and the first taking it
+	// out removes it, a removal the damping counts.
 	switch {
 	case d.inSet && !wasIn:
+		// A rejoin: the streak before any later removal starts here.
 		change = &Change{Name: n.Name, Kind: Added, Reason: d.reason, Message: d.message}
-		if known {
-			// A rejoin: the streak before any later removal starts here.
-			next.Since = p.now
-		}
+		next.Since = p.now
 	case !d.inSet && wasIn:
 		change = &Change{Name: n.Name, Kind: Removed, Reason: d.reason, Message: d.message}
 		next.Since = p.now
 		next.Removals = append(next.Removals, p.now)
 	case !d.inSet && !known:
-		// Never published, so not a removal; remember when it was first
-		// left out for the message of later runs.
+		// Never in the mesh (no address to peer with), so not a
+		// removal; remember when it was first left out for the message
+		// of later runs.
 		next.Since = p.now
 	}
 	if next.Since.IsZero() && !d.streakStart.IsZero() {
@@ -323,6 +331,20 @@ func (p planFacts) deletedNodes(present map[string]bool) deletedOutcome {
 		}
 	}
 	return out
+}
+
+// wasMember reports whether n was in the set before this plan: as the
+// state records it, or, for a node the state does not know (a planner
+// installed during an incident, or its ConfigMap and the nodes' labels
+// lost), whenever it has an address to peer with. Calico's default mesh
+// holds every node without rebound's label, so a fresh state is the full
+// mesh, never an empty set: the leaves of the members it does not know go
+// through the freeze and the incident's budget like any other.
+func wasMember(n Node, st State) bool {
+	if prev, known := st.Nodes[n.Name]; known {
+		return prev.InSet
+	}
+	return n.Address.IsValid()
 }
 
 func livenessNodes(nodes []Node) []liveness.Node {

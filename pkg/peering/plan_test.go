@@ -61,11 +61,13 @@ func TestPlan(t *testing.T) {
 		wantState   map[string]NodeState // checked only when set
 	}{
 		{
-			name:        "first run: every Ready node is added",
-			nodes:       []Node{ready("a", 1, ago(time.Hour)), ready("b", 2, ago(time.Hour))},
-			wantPeers:   []string{"a", "b"},
-			wantWhy:     map[string]Reason{"a": InReady, "b": InReady},
-			wantChanges: []string{"+a", "+b"},
+			// Calico's default mesh already holds every node without
+			// rebound's label: publishing them first changes nothing.
+			name:      "first run: every Ready node is in, no change to the full mesh",
+			nodes:     []Node{ready("a", 1, ago(time.Hour)), ready("b", 2, ago(time.Hour))},
+			wantPeers: []string{"a", "b"},
+			wantWhy:   map[string]Reason{"a": InReady, "b": InReady},
+			wantState: map[string]NodeState{"a": inSet(time.Time{}), "b": inSet(time.Time{})},
 		},
 		{
 			name:      "NotReady within the grace period stays in; next check when the grace ends",
@@ -94,11 +96,16 @@ func TestPlan(t *testing.T) {
 			wantNext:  t0.Add(30 * time.Second),
 		},
 		{
-			name:      "a node NotReady on first sight is left out without a change",
-			nodes:     []Node{notReady("b", 2, ago(time.Hour))},
-			wantPeers: nil,
-			wantWhy:   map[string]Reason{"b": OutNotReady},
-			wantState: map[string]NodeState{"b": outOfSet(t0)},
+			// A node the state does not know was in Calico's default mesh:
+			// taking it out is a removal, through the freeze and the
+			// budget (here 1 of 2 members, within the share), and the
+			// damping remembers it.
+			name:        "a node NotReady past its grace on first sight leaves the full mesh: a removal",
+			nodes:       []Node{notReady("b", 2, ago(time.Hour))},
+			wantPeers:   nil,
+			wantWhy:     map[string]Reason{"b": OutNotReady},
+			wantChanges: []string{"-b"},
+			wantState:   map[string]NodeState{"b": outOfSet(t0, t0)},
 		},
 		{
 			name:      "opt-out label keeps a long-dead node in",
@@ -303,17 +310,17 @@ func TestPlan(t *testing.T) {
 			nodes:     []Node{{Name: "b", Address: addr(2)}},
 			wantPeers: []string{"b"},
 			wantWhy:   map[string]Reason{"b": InGracePeriod},
-			// First sight of a node in its grace is an addition.
-			wantChanges: []string{"+b"},
-			wantNext:    t0.Add(40 * time.Second),
-			wantState:   map[string]NodeState{"b": inSet(t0)},
+			// First sight of a node in its grace keeps it in the full
+			// mesh: no change.
+			wantNext:  t0.Add(40 * time.Second),
+			wantState: map[string]NodeState{"b": inSet(t0)},
 		},
 		{
-			name:        "duplicate names: the first wins",
-			nodes:       []Node{ready("a", 1, ago(time.Hour)), notReady("a", 9, ago(time.Hour))},
-			wantPeers:   []string{"a"},
-			wantWhy:     map[string]Reason{"a": InReady},
-			wantChanges: []string{"+a"},
+			name:      "duplicate names: the first wins",
+			nodes:     []Node{ready("a", 1, ago(time.Hour)), notReady("a", 9, ago(time.Hour))},
+			wantPeers: []string{"a"},
+			wantWhy:   map[string]Reason{"a": InReady},
+			wantState: map[string]NodeState{"a": inSet(time.Time{})},
 		},
 	}
 	for _, tc := range tests {

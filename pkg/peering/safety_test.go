@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"rebound/pkg/liveness"
 )
 
 // Safety tables: the set never collapses, liars and stale
@@ -29,11 +31,46 @@ func TestPlanFreezes(t *testing.T) {
 		}
 		return r
 	}
+	// gossipDown is a gossip-only agent's read: its own probes have
+	// peers (sorted) Dead for an hour.
+	gossipDown := func(reporter string, peers ...string) Report {
+		g := &liveness.GossipReport{ObservedAt: t0.Add(-time.Second), Members: 7}
+		for _, p := range peers {
+			g.Watches = append(g.Watches, liveness.Watch{Node: p, State: liveness.GossipDead, Since: ago(time.Hour)})
+		}
+		return Report{Reporter: reporter, Gossip: g}
+	}
+	// leases is a Lease plane: the stale nodes last renewed an hour ago,
+	// the others a second ago, every 10 s.
+	leases := func(stale []string, renewing ...string) map[string]liveness.Lease {
+		out := map[string]liveness.Lease{}
+		for _, n := range stale {
+			out[n] = liveness.Lease{RenewSeen: ago(time.Hour), RenewInterval: 10 * time.Second}
+		}
+		for _, n := range renewing {
+			out[n] = liveness.Lease{RenewSeen: ago(time.Second), RenewInterval: 10 * time.Second}
+		}
+		return out
+	}
+	// seven: a, b and c Ready, gossiping, and the only gossip reporters,
+	// so they are every NotReady node's three watchers; d..g NotReady for
+	// an hour, and all three watchers have them Dead.
+	seven := []Node{ready("a", 1, ago(time.Hour)), ready("b", 2, ago(time.Hour)), ready("c", 3, ago(time.Hour)),
+		notReady("d", 4, ago(time.Hour)), notReady("e", 5, ago(time.Hour)), notReady("f", 6, ago(time.Hour)), notReady("g", 7, ago(time.Hour))}
+	sevenGossip := []Report{gossipDown("a", "d", "e", "f", "g"), gossipDown("b", "d", "e", "f", "g"), gossipDown("c", "d", "e", "f", "g")}
+	var allDown []Node
+	for _, n := range seven {
+		allDown = append(allDown, notReady(n.Name, int(n.Address.As4()[3]), ago(time.Hour)))
+	}
 	tests := []struct {
-		name       string
-		nodes      []Node
-		reports    []Report
-		share      float64
+		name    string
+		nodes   []Node
+		reports []Report
+		leases  map[string]liveness.Lease
+		share   float64
+		// fresh: the planner starts without state (installed during the
+		// incident, or its ConfigMap and the nodes' labels lost).
+		fresh      bool
 		wantFrozen string // substring of the reason, "" for not frozen
 		wantPeers  int
 		wantFloor  int
@@ -85,6 +122,82 @@ func TestPlanFreezes(t *testing.T) {
 			wantFloor:  3,
 		},
 		{
+			// The stop switch was pulled through the incident, or rebound
+			// installed during it: the first plan the switch allows is
+			// long past the prune grace. The members the state does not
+			// know are in Calico's default mesh, so their leaves count.
+			name:       "fresh state: 2 of 3 NotReady for an hour leave at once unconfirmed: frozen, not pruned in one step",
+			nodes:      []Node{ready("a", 1, ago(time.Hour)), notReady("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour))},
+			fresh:      true,
+			wantFrozen: "2 of the 3 members",
+			wantPeers:  3,
+			wantFloor:  2,
+		},
+		{
+			name:      "fresh state: 4 of 5 confirmed down by the live peer's report: the incident's budget lets only 2 leave",
+			nodes:     []Node{ready("a", 1, ago(time.Hour)), notReady("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour)), notReady("d", 4, ago(time.Hour)), notReady("e", 5, ago(time.Hour))},
+			reports:   []Report{down("a", "b", "c", "d", "e")},
+			fresh:     true,
+			wantPeers: 3,
+			wantFloor: 3,
+		},
+		{
+			name:      "fresh state: 1 of 3 NotReady for an hour leaves, within the share",
+			nodes:     []Node{ready("a", 1, ago(time.Hour)), ready("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour))},
+			fresh:     true,
+			wantPeers: 2,
+			wantFloor: 2,
+		},
+		{
+			// A gossip quorum without the Lease plane is one plane, and
+			// anyone holding the gossip key can forge it.
+			name:       "gossip alone, no Lease plane: 4 of 7 watched Dead is no confirmation: frozen",
+			nodes:      seven,
+			reports:    sevenGossip,
+			wantFrozen: "4 of the 7 members",
+			wantPeers:  7,
+			wantFloor:  4,
+		},
+		{
+			name:       "gossip Dead but the Leases renewing: no confirmation: frozen",
+			nodes:      seven,
+			reports:    sevenGossip,
+			leases:     leases(nil, "a", "b", "c", "d", "e", "f", "g"),
+			wantFrozen: "4 of the 7 members",
+			wantPeers:  7,
+			wantFloor:  4,
+		},
+		{
+			name:      "gossip Dead and the Leases stale: two planes confirm; no freeze, the budget lets 3 of 7 leave",
+			nodes:     seven,
+			reports:   sevenGossip,
+			leases:    leases([]string{"d", "e", "f", "g"}, "a", "b", "c"),
+			wantPeers: 4,
+			wantFloor: 4,
+		},
+		{
+			// A control-plane stall: every Lease stale, every node
+			// NotReady; the gossip claims come from nodes in doubt
+			// themselves, so nobody votes.
+			name:       "full disruption with every Lease stale and gossip claiming deaths: frozen",
+			nodes:      allDown,
+			reports:    sevenGossip,
+			leases:     leases([]string{"a", "b", "c", "d", "e", "f", "g"}),
+			wantFrozen: "full disruption",
+			wantPeers:  7,
+			wantFloor:  4,
+		},
+		{
+			name:       "full disruption with every Lease stale, fresh state: frozen",
+			nodes:      allDown,
+			reports:    sevenGossip,
+			leases:     leases([]string{"a", "b", "c", "d", "e", "f", "g"}),
+			fresh:      true,
+			wantFrozen: "full disruption",
+			wantPeers:  7,
+			wantFloor:  4,
+		},
+		{
 			name:      "share 1 turns the rule off",
 			nodes:     []Node{ready("a", 1, ago(time.Hour)), notReady("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour))},
 			share:     1,
@@ -98,7 +211,10 @@ func TestPlanFreezes(t *testing.T) {
 			for _, n := range tc.nodes {
 				names = append(names, n.Name)
 			}
-			in := Input{Nodes: tc.nodes, Reports: tc.reports, State: State{Nodes: members(names...)}, Config: Config{MaxLeaveShare: tc.share}}
+			in := Input{Nodes: tc.nodes, Reports: tc.reports, Leases: tc.leases, State: State{Nodes: members(names...)}, Config: Config{MaxLeaveShare: tc.share}}
+			if tc.fresh {
+				in.State = State{}
+			}
 			res := Plan(in, t0)
 			if got := res.FrozenReason; (tc.wantFrozen == "") != !res.Frozen || !strings.Contains(got, tc.wantFrozen) {
 				t.Errorf("frozen = %v %q, want reason with %q", res.Frozen, got, tc.wantFrozen)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"rebound/pkg/liveness"
 )
 
 // LabelKeepInMesh is the per-node opt-out: a node labelled
@@ -204,8 +206,12 @@ type Input struct {
 	// FirstSeen is when this process first saw each node in its current
 	// Ready state (liveness.Tracker); nil for none.
 	FirstSeen map[string]time.Time
-	State     State
-	Config    Config
+	// Leases is the Lease plane (liveness.LeaseTracker), nil for none.
+	// Without it the gossip plane confirms no death: a gossip quorum alone
+	// is one plane, and whoever holds the gossip key can forge it.
+	Leases map[string]liveness.Lease
+	State  State
+	Config Config
 }
 
 // Reason says, as a stable code, why a node is in or out of the set.
@@ -273,7 +279,10 @@ type Result struct {
 	// in the set), sorted by name.
 	Decisions []Decision `json:"decisions"`
 	// Changes lists the nodes added to or removed from the previous set,
-	// sorted by name. Empty when the set is unchanged.
+	// sorted by name. Empty when the set is unchanged. A node the state
+	// does not know was in the previous set if it has an address
+	// (Calico's default mesh): keeping it is no change, taking it out a
+	// removal.
 	Changes []Change `json:"changes,omitempty"`
 	// State is what to publish and pass to the next Plan.
 	State State `json:"state"`

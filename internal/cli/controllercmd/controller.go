@@ -137,6 +137,9 @@ upstream eviction.`,
 					return err
 				}
 			}
+			// The peering planner reads the same Lease plane: without it
+			// the gossip plane confirms no death there either.
+			peeringOpts.Leases = leases
 			var reports client.Reader
 			if peeringOn || leasePlane {
 				// Agents report their sessions where peering runs, and
