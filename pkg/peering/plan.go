@@ -133,6 +133,11 @@ func newPlanFacts(in Input, now time.Time) planFacts {
 type assessment struct {
 	decisions   []decision // by index of planFacts.nodes
 	allNotReady bool
+	// leases is the Lease plane: when no Lease renews (Stalled), every
+	// kubelet has lost the API, the control plane or its path is the
+	// likelier side cut off, and the set freezes as in full disruption,
+	// before the Ready flags catch up node by node.
+	leases liveness.LeasePlane
 	// members counts every member of this step had nobody left: the old
 	// members and those joining now, so that re-planning from the result
 	// decides the same.
@@ -145,7 +150,7 @@ type assessment struct {
 }
 
 func (p planFacts) assess(thawedAt time.Time) assessment {
-	a := assessment{decisions: make([]decision, len(p.nodes)), allNotReady: len(p.nodes) > 0}
+	a := assessment{decisions: make([]decision, len(p.nodes)), allNotReady: len(p.nodes) > 0, leases: p.lv.LeasePlane()}
 	restart := latestOf(thawedAt, p.firstReturn)
 	for i, n := range p.nodes {
 		prev, known := p.prev.Nodes[n.Name]
@@ -177,6 +182,8 @@ func (a assessment) freezeReason(cfg Config) string {
 	switch unconfirmed := a.leaving - a.confirmed; {
 	case a.allNotReady:
 		return fmt.Sprintf("full disruption: all %d nodes are NotReady, so the control plane is the likelier side cut off; nobody leaves the set until a node is Ready again", len(a.decisions))
+	case len(a.decisions) > 0 && a.leases.Stalled():
+		return fmt.Sprintf("no node's Lease renews on rebound's clock (%d of %d stale): every kubelet has lost the API, so the control plane or its path is the likelier side cut off; nobody leaves the set until a Lease renews", a.leases.Stale, a.leases.Known)
 	case float64(unconfirmed) > cfg.MaxLeaveShare*float64(a.members):
 		return fmt.Sprintf("%d of the %d members would leave at once without a quorum of live peers confirming them down (BGP sessions, or gossip with their Leases stale), more than the %g share allowed; nobody leaves until fewer would, or their peers report them down", unconfirmed, a.members, cfg.MaxLeaveShare)
 	}

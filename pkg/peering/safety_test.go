@@ -198,6 +198,19 @@ func TestPlanFreezes(t *testing.T) {
 			wantFloor:  4,
 		},
 		{
+			// The Leases see a stall before the Ready flags catch up:
+			// 4 of 7 flipped NotReady, the other 3 still Ready in the API,
+			// every Lease stale on rebound's clock. Share 1 turns the
+			// share rule off: only the Lease plane holds.
+			name:       "every Lease stale while the Ready flags catch up: frozen as a stall",
+			nodes:      append(append([]Node{}, seven[:3]...), allDown[3:]...),
+			leases:     leases([]string{"a", "b", "c", "d", "e", "f", "g"}),
+			share:      1,
+			wantFrozen: "no node's Lease renews",
+			wantPeers:  7,
+			wantFloor:  0,
+		},
+		{
 			name:      "share 1 turns the rule off",
 			nodes:     []Node{ready("a", 1, ago(time.Hour)), notReady("b", 2, ago(time.Hour)), notReady("c", 3, ago(time.Hour))},
 			share:     1,
