@@ -566,4 +566,3 @@ func (l *Lane) setMeasured(tl *scenario.Timeline, label string, r scenario.Recov
 		l.RecoverySeconds = r.Seconds
 	}
 }
-
