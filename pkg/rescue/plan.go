@@ -27,19 +27,24 @@
 //	                                                                      taint, the verdict) in place of "node Ready";
 //	                                                                      every other row applies unchanged
 //	  ... any other policy, or the node not marked     none               a node the API has Ready is not down for it
-//	(*) every node NotReady (full disruption)          Held               none; like kube-controller-manager, which evicts
-//	                                                                      nothing then: the control plane is the likelier side
-//	                                                                      cut off. Computed from the nodes, not from the zone
-//	                                                                      model's FullDisruptionMode flag. When it ends, every
-//	                                                                      NotReady node's maxUnavailableTime clock restarts
-//	                                                                      (Plan.Disruption), as kube-controller-manager's does
+//	NotReady, its Lease seen renewing on rebound's     NotYet             none; the clock starts when the Lease goes stale:
+//	  clock (Snapshot.Verdicts' Lease plane)                              its kubelet reaches the API, whatever its Ready flag
+//	(*) every node NotReady (full disruption), or      Held               none; like kube-controller-manager, which evicts
+//	    no node's Lease renewing (a Lease stall)                          nothing then: the control plane is the likelier side
+//	                                                                      cut off. Computed from the nodes and Leases, not from
+//	                                                                      the zone model's FullDisruptionMode flag. When it
+//	                                                                      ends, every NotReady node's maxUnavailableTime clock
+//	                                                                      restarts a node grace period later (Plan.Disruption,
+//	                                                                      zone.Config.NodeMonitorGracePeriod), as
+//	                                                                      kube-controller-manager resets its probe times
 //	(*) no Ready, schedulable node admits the pod      NoTarget           none; reason lists each node's rejection (cordoned,
 //	    (target.go: taints, nodeSelector/affinity,                        taint, affinity, host port, resources, pod
 //	    host ports, requests vs allocatable minus                         (anti-)affinity, NotReady), naming the reservation
 //	    requested, pod (anti-)affinity; minus what                        in the way; re-planned when a node changes (the
 //	    this pass's replacements, Pending pods and                        controller watches nodes) and every 15 s; a node
-//	    unseen replacements reserve)                                      the API has Ready but that is dead on both planes
-//	                                                                      is no target for any policy
+//	    unseen replacements reserve)                                      the API has Ready but that is dead on both planes,
+//	                                                                      or whose Lease is stale on rebound's clock, is no
+//	                                                                      target for any policy
 //	stranded ReplicaSet/Deployment pod                 Act                Delete (graceful, UID precondition); on a node that
 //	                                                                      Snapshot.Verdicts says is CutOffFromAPI, the reason
 //	                                                                      old copy may still run until the node returns
