@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -33,6 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"rebound/internal/testing/chartrender"
+	"rebound/pkg/liveness"
 )
 
 const chartDir = "rebound"
@@ -350,8 +352,10 @@ func TestHelmChartGossip(t *testing.T) {
 	})
 
 	for name, values := range map[string]map[string]any{
-		"watchers other than the controller's": {"gossip": map[string]any{"enabled": true, "watchers": 5}},
-		"pods marked early without gossip":     {"gossip": map[string]any{"markPodsNotReadyEarly": true}},
+		"a lone watcher": {"gossip": map[string]any{"enabled": true, "watchers": 1}},
+		"more watchers than an agent's report holds": {"gossip": map[string]any{"enabled": true, "watchers": liveness.MaxWatchers + 1}},
+		"pods marked early without gossip":           {"gossip": map[string]any{"markPodsNotReadyEarly": true}},
+		"a Lease margin without the Lease plane":     {"gossip": map[string]any{"leaseMargin": "1s"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := chartrender.Render(chartDir, chartrender.Options{Values: values}); err == nil {
@@ -359,6 +363,70 @@ func TestHelmChartGossip(t *testing.T) {
 			}
 		})
 	}
+
+	// One value for both sides: the members and the controller take the
+	// same --gossip-watchers; the margin goes to the controller, which
+	// alone times the Leases; the members' probes take the gossip-only
+	// port, not the BIRD agent's.
+	for _, tc := range []struct {
+		name       string
+		gossip     map[string]any
+		controller []string // in the controller's args
+		absent     []string // not in them
+		members    []string // in the members' args
+	}{
+		{name: "defaults", gossip: map[string]any{}, controller: []string{"--gossip-watchers=3"}, absent: []string{"--lease-margin"}, members: []string{"--gossip-watchers=3", "--health-addr=:9813"}},
+		{name: "set", gossip: map[string]any{"watchers": liveness.MaxWatchers, "leaseMargin": "500ms", "healthPort": 9900},
+			controller: []string{"--gossip-watchers=7", "--lease-margin=500ms"}, members: []string{"--gossip-watchers=7", "--health-addr=:9900"}},
+	} {
+		t.Run("settings "+tc.name, func(t *testing.T) {
+			values := map[string]any{"enabled": true}
+			maps.Copy(values, tc.gossip)
+			objs, err := chartrender.Render(chartDir, chartrender.Options{Values: map[string]any{"gossip": values}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := chartrender.Normalize(objs)
+			ctrl := " " + strings.Join(containerArgs(t, got["Deployment rebound-system/rebound-controller"]), " ") + " "
+			for _, a := range tc.controller {
+				if !strings.Contains(ctrl, " "+a+" ") {
+					t.Errorf("controller args %s lack %s", ctrl, a)
+				}
+			}
+			for _, a := range tc.absent {
+				if strings.Contains(ctrl, " "+a) {
+					t.Errorf("controller args %s have %s", ctrl, a)
+				}
+			}
+			ds := got["DaemonSet rebound-agent/rebound-gossip"]
+			members := " " + strings.Join(containerArgs(t, ds), " ") + " "
+			for _, a := range tc.members {
+				if !strings.Contains(members, " "+a+" ") {
+					t.Errorf("member args %s lack %s", members, a)
+				}
+			}
+			var d appsv1.DaemonSet
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(ds.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			c := d.Spec.Template.Spec.Containers[0]
+			health := strings.TrimPrefix(tc.members[1], "--health-addr=:")
+			for _, p := range c.Ports {
+				if p.Name == "health" && p.ContainerPort != int32(mustAtoi(t, health)) {
+					t.Errorf("health containerPort %d, want %s (the --health-addr the probes use)", p.ContainerPort, health)
+				}
+			}
+		})
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // renderAgainst renders the chart as an upgrade would with existing in

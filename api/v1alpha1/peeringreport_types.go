@@ -56,6 +56,15 @@ type GossipReport struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Members int32 `json:"members,omitempty"`
+	// Watchers is how many members watch each member on the agent's ring
+	// (its --gossip-watchers). The controller judges with its own
+	// --gossip-watchers and reports agents whose number differs: the two
+	// must be the same for every vote to be heard. Unset by agents older
+	// than the field.
+	// +optional
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=7
+	Watchers int32 `json:"watchers,omitempty"`
 	// Watches lists the members this agent watches, with what its own
 	// direct probes say of each. Sorted by node.
 	// +optional

@@ -170,7 +170,8 @@ type GossipOptions struct {
 	// Join lists host:port or DNS names to join through (--gossip-join).
 	Join []string
 	// Watchers is k (--gossip-watchers); zero means
-	// liveness.DefaultWatchers. It must match the controller's.
+	// liveness.DefaultWatchers. It must be the controller's
+	// --gossip-watchers, which checks it against the gossip reads.
 	Watchers int
 	// ProbeInterval (--gossip-probe-interval); zero means
 	// gossip.DefaultProbeInterval. Probes time out in half of it.

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"errors"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/rescue"
 	"rebound/pkg/zone"
@@ -72,4 +75,41 @@ func AddPeeringFlags(f *pflag.FlagSet, c *peering.Config) {
 			panic(err) // the flag was registered just above
 		}
 	}
+}
+
+// AddGossipWatchersFlag registers --gossip-watchers, bound to k: how many
+// agents watch each member of the gossip ring and may vote on its death.
+// The agents gossip with it and the controller judges with it, and the two
+// must agree (each agent writes its own in its gossip read; the controller
+// names every agent that differs), so both commands register it here: one
+// name, one default, one rule (ValidateGossipWatchers).
+func AddGossipWatchersFlag(f *pflag.FlagSet, k *int) {
+	if *k == 0 {
+		*k = liveness.DefaultWatchers
+	}
+	f.IntVar(k, "gossip-watchers", *k, "how many agents watch each member of the gossip ring, and so may vote on its death, 2.."+strconv.Itoa(liveness.MaxWatchers)+
+		": the same on the controller and on every agent (chart value gossip.watchers sets both)")
+}
+
+// ValidateGossipWatchers checks --gossip-watchers at start.
+func ValidateGossipWatchers(k int) error {
+	return liveness.CheckWatchers("--gossip-watchers", k)
+}
+
+// AddDetectionFlags registers the settings of the Lease and gossip planes
+// (docs/detection.md), bound to o: --gossip-watchers and --lease-margin.
+// The controller judges with them and diagnose explains with them. o's
+// zero fields show the defaults.
+func AddDetectionFlags(f *pflag.FlagSet, o *liveness.Options) {
+	d := o.WithDefaults()
+	o.LeaseMargin = d.LeaseMargin
+	AddGossipWatchersFlag(f, &o.Watchers)
+	f.DurationVar(&o.LeaseMargin, "lease-margin", o.LeaseMargin, "with --lease-plane: how long past its renew interval (a quarter of its duration) a node's Lease may go unrenewed, on rebound's clock, before it counts as stale, "+
+		liveness.MinLeaseMargin.String()+".."+liveness.MaxLeaseMargin.String()+"; lower it to find dead nodes sooner, at the price of taking a late renewal for a stale Lease")
+}
+
+// ValidateDetection checks the flags AddDetectionFlags registers, each
+// named, before the command connects anywhere.
+func ValidateDetection(o liveness.Options) error {
+	return errors.Join(ValidateGossipWatchers(o.Watchers), liveness.CheckLeaseMargin("--lease-margin", o.LeaseMargin))
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/zone"
 )
@@ -95,5 +96,51 @@ func TestAddZoneFlags(t *testing.T) {
 	want := zone.Config{UnhealthyZoneThreshold: 0.6, LargeClusterSizeThreshold: 10, EvictionLimiterQPS: 1, SecondaryEvictionLimiterQPS: 0.5, NodeMonitorGracePeriod: 12 * time.Second}
 	if c != want {
 		t.Errorf("parsed %+v, want %+v", c, want)
+	}
+}
+
+// TestDetectionFlags: the watchers' count and the Lease margin are set by
+// one flag each (the controller's and diagnose's, registered here; the
+// agents register --gossip-watchers here too), land in the liveness
+// options, and bad values are refused at start, named by the flag.
+func TestDetectionFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		watchers int
+		margin   time.Duration
+		bad      []string // substrings of the start error; none: valid
+	}{
+		{args: nil, watchers: liveness.DefaultWatchers, margin: liveness.DefaultLeaseMargin},
+		{args: []string{"--gossip-watchers=5", "--lease-margin=500ms"}, watchers: 5, margin: 500 * time.Millisecond},
+		{args: []string{"--gossip-watchers=2", "--lease-margin=30s"}, watchers: 2, margin: 30 * time.Second},
+		{args: []string{"--gossip-watchers=1"}, watchers: 1, margin: liveness.DefaultLeaseMargin, bad: []string{"--gossip-watchers 1"}},
+		{args: []string{"--gossip-watchers=0"}, watchers: 0, margin: liveness.DefaultLeaseMargin, bad: []string{"--gossip-watchers 0"}},
+		{args: []string{"--gossip-watchers=8"}, watchers: 8, margin: liveness.DefaultLeaseMargin, bad: []string{"--gossip-watchers 8"}},
+		{args: []string{"--lease-margin=0s"}, watchers: 3, margin: 0, bad: []string{"--lease-margin 0s"}},
+		{args: []string{"--lease-margin=-1s"}, watchers: 3, margin: -time.Second, bad: []string{"--lease-margin -1s"}},
+		{args: []string{"--lease-margin=2m", "--gossip-watchers=9"}, watchers: 9, margin: 2 * time.Minute, bad: []string{"--lease-margin 2m0s", "--gossip-watchers 9"}},
+	} {
+		var o liveness.Options
+		cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+		AddDetectionFlags(cmd.Flags(), &o)
+		cmd.SetArgs(tc.args)
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if o.Watchers != tc.watchers || o.LeaseMargin != tc.margin {
+			t.Errorf("%v: watchers %d, margin %s; want %d, %s", tc.args, o.Watchers, o.LeaseMargin, tc.watchers, tc.margin)
+		}
+		err := ValidateDetection(o)
+		if len(tc.bad) == 0 && err != nil {
+			t.Errorf("%v: want valid, got %v", tc.args, err)
+		}
+		for _, b := range tc.bad {
+			if err == nil || !strings.Contains(err.Error(), b) {
+				t.Errorf("%v: error %v lacks %q", tc.args, err, b)
+			}
+		}
+		if len(tc.bad) == 0 && o.Validate() != nil {
+			t.Errorf("%v: the flags pass but the options they set do not: %v", tc.args, o.Validate())
+		}
 	}
 }

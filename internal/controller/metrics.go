@@ -67,6 +67,11 @@ var (
 		Buckets: []float64{1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 30, 45, 60, 120},
 	})
 
+	gossipWatchersMismatched = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rebound_gossip_watchers_mismatched_agents",
+		Help: "Agents whose fresh gossip read says they run with another --gossip-watchers than the controller's: their votes are not all heard, so early detection weakens; the controller's log names each.",
+	})
+
 	peerSetNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rebound_peering_nodes",
 		Help: "Nodes the peering controller plans for (the set's candidates); rebound_peering_set_size below it means nodes are left out of the mesh.",
@@ -76,7 +81,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(zoneStateGauge, zoneEvictionRate, strandedPodsGauge, strandedDeadlineGauge,
 		waitingForFencingGauge, heldPodsGauge, rescuesTotal, recoveryTriggers, planSeconds, peerSetNodes,
-		nodeVerdicts, detectionSeconds)
+		nodeVerdicts, detectionSeconds, gossipWatchersMismatched)
 }
 
 var allZoneStates = []zone.State{zone.Initial, zone.Normal, zone.PartialDisruption, zone.FullDisruption}

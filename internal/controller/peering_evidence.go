@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +23,10 @@ import (
 // cannot be read the verdicts rest on the API alone, the safe side: no
 // NotReady node counts as alive, and none as dead by the network's word.
 func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, leases *liveness.LeaseTracker, opts liveness.Options) func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
-	var metrics verdictMetrics
+	var (
+		metrics    verdictMetrics
+		mismatches watcherMismatches
+	)
 	return func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
 		firstSeen := tracker.Observe(kube.LivenessNodes(nodes), now)
 		var list v1alpha1.PeeringReportList
@@ -32,8 +36,34 @@ func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, leases *
 				list.Items = nil
 			}
 		}
-		a := kube.Assess(nodes, list.Items, firstSeen, leases.Leases(), now, opts)
+		rs := kube.ReadableReports(list.Items)
+		a := kube.AssessReports(nodes, rs, firstSeen, leases.Leases(), now, opts)
 		metrics.observe(a, now)
+		mismatches.observe(ctx, opts.WatcherMismatches(rs, now))
 		return a
 	}
+}
+
+// watcherMismatches says, once per agent and number, which agents gossip
+// with another --gossip-watchers than the controller's: their votes are
+// partly not heard, so early detection weakens without any other sign.
+// Every pass sets rebound_gossip_watchers_mismatched_agents.
+type watcherMismatches struct {
+	mu     sync.Mutex
+	logged map[string]int // reporter -> the agent's number last logged
+}
+
+func (w *watcherMismatches) observe(ctx context.Context, ms []liveness.WatcherMismatch) {
+	gossipWatchersMismatched.Set(float64(len(ms)))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := make(map[string]int, len(ms))
+	for _, m := range ms {
+		now[m.Reporter] = m.Agent
+		if k, ok := w.logged[m.Reporter]; ok && k == m.Agent {
+			continue
+		}
+		logf.FromContext(ctx).Error(m, "gossip watchers differ: this agent's votes are not all heard", "node", m.Reporter, "agentWatchers", m.Agent, "controllerWatchers", m.Controller)
+	}
+	w.logged = now
 }

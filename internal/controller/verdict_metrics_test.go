@@ -1,11 +1,15 @@
 package controller
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"rebound/pkg/liveness"
 )
@@ -44,5 +48,37 @@ func TestVerdictMetrics(t *testing.T) {
 	m.observe(liveness.Assessment{Nodes: map[string]liveness.NodeVerdict{"a": dead}}, now)
 	if got := count() - start; got != 2 {
 		t.Fatalf("a second death observed %d detections in all, want 2", got)
+	}
+}
+
+// TestWatcherMismatchLog: an agent on another --gossip-watchers than the
+// controller's is logged once with both numbers, again only when its
+// number changes or after it agreed in between, and counted every pass.
+func TestWatcherMismatchLog(t *testing.T) {
+	var lines []string
+	ctx := logf.IntoContext(context.Background(), funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{}))
+	var w watcherMismatches
+	b2 := liveness.WatcherMismatch{Reporter: "b", Agent: 2, Controller: 3}
+	for _, step := range []struct {
+		ms       []liveness.WatcherMismatch
+		newLines int
+	}{
+		{ms: []liveness.WatcherMismatch{b2}, newLines: 1},
+		{ms: []liveness.WatcherMismatch{b2}, newLines: 0},
+		{ms: []liveness.WatcherMismatch{{Reporter: "b", Agent: 5, Controller: 3}}, newLines: 1},
+		{ms: nil, newLines: 0},
+		{ms: []liveness.WatcherMismatch{b2}, newLines: 1},
+	} {
+		before := len(lines)
+		w.observe(ctx, step.ms)
+		if got := len(lines) - before; got != step.newLines {
+			t.Errorf("%+v: %d new log lines %q, want %d", step.ms, got, lines[before:], step.newLines)
+		}
+		if got := testutil.ToFloat64(gossipWatchersMismatched); got != float64(len(step.ms)) {
+			t.Errorf("%+v: rebound_gossip_watchers_mismatched_agents = %v, want %d", step.ms, got, len(step.ms))
+		}
+	}
+	if !strings.Contains(lines[0], "--gossip-watchers=2") || !strings.Contains(lines[0], "--gossip-watchers=3") {
+		t.Errorf("log line %q does not name both flags' values", lines[0])
 	}
 }

@@ -1,8 +1,10 @@
 package liveness
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -21,12 +23,15 @@ type Options struct {
 	HoldTime time.Duration `json:"holdTime,omitempty"`
 	// LeaseMargin is how long past its renew interval a node's Lease may
 	// go unrenewed, on rebound's clock, before the Lease plane calls it
-	// stale; zero means DefaultLeaseMargin. It absorbs the kubelet's
-	// jitter and the apiserver's write latency.
+	// stale (the controller's --lease-margin); zero means
+	// DefaultLeaseMargin. It absorbs the kubelet's jitter and the
+	// apiserver's write latency.
 	LeaseMargin time.Duration `json:"leaseMargin,omitempty"`
 	// Watchers is how many agents watch each member on the gossip ring,
-	// and so how many can vote on its death; zero means DefaultWatchers.
-	// It must match the agents' --gossip-watchers.
+	// and so how many can vote on its death (the controller's
+	// --gossip-watchers); zero means DefaultWatchers. The agents'
+	// --gossip-watchers must be the same: each writes its own in its
+	// gossip read, and WatcherMismatches names those that differ.
 	Watchers int `json:"watchers,omitempty"`
 }
 
@@ -41,6 +46,17 @@ const (
 	// written three times whatever the cluster's size, and a quorum of
 	// two survives one watcher that died with it or lies.
 	DefaultWatchers = 3
+	// MinLeaseMargin and MaxLeaseMargin bound a LeaseMargin that is set.
+	// The kubelet renews up to 4 % of its interval late (client-go's
+	// lease controller jitters every renewal by that much, 400 ms at
+	// 10 s), and the write and the watch that brings it add their
+	// latency: a smaller margin would find live Leases stale at every
+	// renewal. A margin past 30 s would, with the kubelet's default Lease
+	// (40 s, renewed every 10 s), outlast the Lease itself, and keep a
+	// node that stopped renewing a target (and not stranded) for longer
+	// than kube-controller-manager's own node grace.
+	MinLeaseMargin = 100 * time.Millisecond
+	MaxLeaseMargin = 30 * time.Second
 )
 
 // WithDefaults fills zero fields.
@@ -63,23 +79,92 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-// Validate names every negative field.
+// Validate names every bad field.
 func (o Options) Validate() error {
 	var errs []error
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"evidence.reportMaxAge", o.ReportMaxAge}, {"evidence.maxClockSkew", o.MaxClockSkew}, {"evidence.holdTime", o.HoldTime}, {"evidence.leaseMargin", o.LeaseMargin}} {
+	}{{"evidence.reportMaxAge", o.ReportMaxAge}, {"evidence.maxClockSkew", o.MaxClockSkew}, {"evidence.holdTime", o.HoldTime}} {
 		if f.d < 0 {
 			errs = append(errs, fmt.Errorf("peering config: %s is %v, must be zero (default) or positive", f.name, f.d))
 		}
 	}
-	if o.Watchers < 0 || o.Watchers > MaxWatchers {
-		errs = append(errs, fmt.Errorf("peering config: evidence.watchers is %d, must be zero (default) or 2 to %d", o.Watchers, MaxWatchers))
-	} else if o.Watchers == 1 {
-		errs = append(errs, errors.New("peering config: evidence.watchers is 1: a lone watcher would decide a death alone; use 2 or more (0 means the default, 3)"))
+	// The two settings of the Lease and gossip planes are named by the
+	// controller's flags, which alone set them.
+	if o.LeaseMargin != 0 {
+		errs = append(errs, CheckLeaseMargin("--lease-margin", o.LeaseMargin))
+	}
+	if o.Watchers != 0 {
+		errs = append(errs, CheckWatchers("--gossip-watchers", o.Watchers))
 	}
 	return errors.Join(errs...)
+}
+
+// CheckWatchers is the one rule for k, how many agents watch each member:
+// the controller's --gossip-watchers and every agent's. name is what the
+// caller calls the setting, a flag or a field.
+func CheckWatchers(name string, k int) error {
+	switch {
+	case k == 1:
+		return fmt.Errorf("%s 1: a lone watcher would decide a death alone; want 2 to %d (default %d)", name, MaxWatchers, DefaultWatchers)
+	case k < 2 || k > MaxWatchers:
+		return fmt.Errorf("%s %d: want 2 to %d (default %d), the same on the controller and every agent", name, k, MaxWatchers, DefaultWatchers)
+	}
+	return nil
+}
+
+// CheckLeaseMargin is the one rule for the Lease plane's margin
+// (--lease-margin); name as for CheckWatchers.
+func CheckLeaseMargin(name string, d time.Duration) error {
+	switch {
+	case d < MinLeaseMargin:
+		return fmt.Errorf("%s %v: want %v to %v (default %v); below %v the kubelet's own renewal jitter and the API's latency make live Leases look stale",
+			name, d, MinLeaseMargin, MaxLeaseMargin, DefaultLeaseMargin, MinLeaseMargin)
+	case d > MaxLeaseMargin:
+		return fmt.Errorf("%s %v: want %v to %v (default %v); past %v a node that stopped renewing its Lease would outlast the kubelet's default Lease (40 s) before the Lease plane calls it stale",
+			name, d, MinLeaseMargin, MaxLeaseMargin, DefaultLeaseMargin, MaxLeaseMargin)
+	}
+	return nil
+}
+
+// WatcherMismatch is an agent whose gossip runs with another number of
+// watchers than the controller's: it watches members the controller does
+// not hear it for, or the controller waits for votes from watchers that
+// do not watch. Either way only votes are withheld (the rules never count
+// a vote from an agent the controller's ring does not name), so early
+// detection weakens, silently but for this.
+type WatcherMismatch struct {
+	// Reporter is the agent's node.
+	Reporter string
+	// Agent is the agent's --gossip-watchers, Controller the controller's.
+	Agent, Controller int
+}
+
+func (m WatcherMismatch) Error() string {
+	weaker := "it watches more members than the controller hears it for (extra probes and writes)"
+	if m.Agent < m.Controller {
+		weaker = "the controller waits for votes from watchers that do not watch, so deaths are found later or only at NotReady"
+	}
+	return fmt.Sprintf("the agent on %s gossips with --gossip-watchers=%d, the controller judges with --gossip-watchers=%d: %s; give both the same value (chart value gossip.watchers sets both)",
+		m.Reporter, m.Agent, m.Controller, weaker)
+}
+
+// WatcherMismatches lists, by reporter, the fresh gossip reads whose
+// agent's watchers differ from o's. A read that does not say (an agent
+// older than the field) is not listed.
+func (o Options) WatcherMismatches(reports []Report, now time.Time) []WatcherMismatch {
+	o = o.WithDefaults()
+	var out []WatcherMismatch
+	for _, r := range reports {
+		g := r.Gossip
+		if g == nil || g.Watchers == 0 || g.Watchers == o.Watchers || !freshAt(g.ObservedAt, now, o) {
+			continue
+		}
+		out = append(out, WatcherMismatch{Reporter: r.Reporter, Agent: g.Watchers, Controller: o.Watchers})
+	}
+	slices.SortFunc(out, func(a, b WatcherMismatch) int { return cmp.Compare(a.Reporter, b.Reporter) })
+	return slices.CompactFunc(out, func(a, b WatcherMismatch) bool { return a.Reporter == b.Reporter })
 }
 
 // Tracker remembers when this process first saw each node in its current

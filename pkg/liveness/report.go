@@ -74,6 +74,10 @@ type GossipReport struct {
 	ObservedAt time.Time
 	// Members counts the members alive in the agent's membership.
 	Members int
+	// Watchers is the agent's k (--gossip-watchers), which must be the
+	// controller's (Options.WatcherMismatches); zero when the agent did
+	// not say.
+	Watchers int
 	// Watches are the members it watches, sorted by node.
 	Watches []Watch
 }
@@ -106,7 +110,7 @@ func (g *GossipReport) SameContent(o *GossipReport) bool {
 	if g == nil || o == nil {
 		return g == o
 	}
-	return g.Members == o.Members && slices.EqualFunc(g.Watches, o.Watches, func(a, b Watch) bool {
+	return g.Members == o.Members && g.Watchers == o.Watchers && slices.EqualFunc(g.Watches, o.Watches, func(a, b Watch) bool {
 		return a.Node == b.Node && a.State == b.State && a.Since.Equal(b.Since)
 	})
 }

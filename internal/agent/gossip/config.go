@@ -66,7 +66,9 @@ type Config struct {
 	// every address it resolves to.
 	Join []string
 	// Watchers is k, how many members watch each member; zero means
-	// liveness.DefaultWatchers. It must match the controller's.
+	// liveness.DefaultWatchers. It must be the controller's
+	// --gossip-watchers: the member writes it in its gossip read, and the
+	// controller names every agent whose number differs.
 	Watchers int
 	// ReportInterval is the longest time between two writes of the gossip
 	// read when nothing changes; zero means DefaultReportInterval.
@@ -151,7 +153,9 @@ func (c Config) Validate() error {
 			add("--gossip-join %q: %v", j, err)
 		}
 	}
-	if err := ValidateWatchers(c.Watchers); err != nil {
+	// The controller's rule for its own --gossip-watchers, which must be
+	// the same.
+	if err := liveness.CheckWatchers("--gossip-watchers", c.Watchers); err != nil {
 		errs = append(errs, err)
 	}
 	for _, d := range []struct {
@@ -173,18 +177,6 @@ func (c Config) Validate() error {
 		add("gossip probe timeout %v must be below --gossip-probe-interval %v: memberlist waits for indirect probes in the rest of the interval", c.ProbeTimeout, c.ProbeInterval)
 	}
 	return errors.Join(errs...)
-}
-
-// ValidateWatchers checks k (--gossip-watchers) as the controller checks
-// its evidence.watchers, which must be the same.
-func ValidateWatchers(k int) error {
-	switch {
-	case k < 0 || k > liveness.MaxWatchers:
-		return fmt.Errorf("--gossip-watchers %d: want 2..%d (default %d), the controller's evidence.watchers", k, liveness.MaxWatchers, liveness.DefaultWatchers)
-	case k == 1:
-		return fmt.Errorf("--gossip-watchers 1: a lone watcher would decide a death alone; want 2..%d (default %d), the controller's evidence.watchers", liveness.MaxWatchers, liveness.DefaultWatchers)
-	}
-	return nil
 }
 
 func validateSeed(s string) error {

@@ -541,7 +541,7 @@ func (m *Member) writeLoop(ctx context.Context) {
 		now := time.Now()
 		due := joined && (last == nil || !sameWatches(last.Watches, watches) || now.Sub(last.ObservedAt) >= m.cfg.ReportInterval)
 		if due && !now.Before(retryAt) {
-			g := liveness.GossipReport{ObservedAt: now, Members: m.ml.NumMembers(), Watches: watches}
+			g := liveness.GossipReport{ObservedAt: now, Members: m.ml.NumMembers(), Watchers: m.cfg.Watchers, Watches: watches}
 			err := m.cfg.Writer.WriteGossip(ctx, g)
 			m.mu.Lock()
 			if err != nil {
@@ -589,7 +589,7 @@ func (m *Member) Report() liveness.GossipReport {
 	n := m.ml.NumMembers()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return liveness.GossipReport{ObservedAt: time.Now(), Members: n, Watches: m.watches}
+	return liveness.GossipReport{ObservedAt: time.Now(), Members: n, Watchers: m.cfg.Watchers, Watches: m.watches}
 }
 
 // leaves is how many departures the membership announced so far.

@@ -6,15 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -27,7 +26,6 @@ import (
 	"rebound/internal/cli"
 	"rebound/internal/logging"
 	"rebound/internal/metricsserving"
-	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -110,23 +108,30 @@ member is never a vote. The controller counts a death when a quorum of a
 node's watchers say Dead, none says Alive, and the node's Lease is stale.
 Every message is encrypted and authenticated with the key in --gossip-key-file
 (16, 24 or 32 bytes, raw or base64): an agent without it cannot join, nor
-speak of anyone. --gossip-watchers must match the controller's
-evidence.watchers. MetalLB's speakers default to port 7946 too: where both run
-on the host network, give one of them another port.
+speak of anyone. --gossip-watchers must be the controller's
+--gossip-watchers (3 unless set; the chart's gossip.watchers sets both): each
+agent writes its own in its report, and the controller logs every agent whose
+number differs and counts them (rebound_gossip_watchers_mismatched_agents),
+since their votes are then not all heard. MetalLB's speakers default to port
+7946 too: where both run on the host network, give one of them another port.
 
 --gossip-only runs only the gossip member and its writer: no BIRD, no peer
 set, and none of the BIRD flags is needed (a Calico cluster, or BIRD run by
 something else).
 
-Probes on --health-addr (plain HTTP, for the kubelet):
+Probes on --health-addr (plain HTTP, for the kubelet; :9810 by default, :9813
+with --gossip-only, :9812 with --rejoin-only, so that agents sharing a host's
+network never collide):
   /readyz  ready when every peer IN THE SET is Established, or the agent has
            been up for --ready-after; peers outside the set never hold it back
   /healthz the work loop is alive
 
-Metrics on --metrics-bind-address: HTTPS, and every scrape needs a token that
-the API server authenticates and RBAC allows to get /metrics (ClusterRole
-rebound-metrics-reader), as the controller's; the agent's credential checks
-them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
+Metrics on --metrics-bind-address (:9811 by default, :9814 with --gossip-only):
+HTTPS, and every scrape needs a token that the API server authenticates and
+RBAC allows to get /metrics (ClusterRole rebound-metrics-reader), as the
+controller's; the agent's credential checks them (TokenReview,
+SubjectAccessReview: ClusterRole rebound-metrics-auth). When a port is taken,
+the error names the flag to change.`,
 		Example: `  # Calico: put this node back into the set when it is Ready (deploy/calico)
   rebound agent --rejoin-only --node-name=$NODE_NAME
 
@@ -181,7 +186,9 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 			}
 			opts.Logger = logger
 
-			if err := opts.WithDefaults().ValidateFlags(); err != nil {
+			health, metricsAddr := listenAddrs(cmd.Flags(), opts, healthAddr, metrics.Addr)
+			healthAddr, metrics.Addr = health, metricsAddr
+			if err := errors.Join(opts.WithDefaults().ValidateFlags(), cli.ValidateGossipWatchers(opts.Gossip.Watchers), agent.CheckListen(opts, healthAddr, metrics.Addr)); err != nil {
 				return fmt.Errorf("rebound agent: %w", err)
 			}
 			cfg, err := kube.RESTConfig("rebound-agent/" + opts.NodeName)
@@ -212,7 +219,7 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 					return err
 				}
 			}
-			return serveAgent(cmd.Context(), a, healthAddr, ms)
+			return serveAgent(cmd.Context(), a, healthAddr, ms, metrics.Addr)
 		},
 	}
 	f := cmd.Flags()
@@ -249,12 +256,30 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 	f.StringVar(&gossipBind, "gossip-bind-address", "", "address to gossip on, this node's own (the other agents dial it); default: --address, else the node's BGP address as for BIRD")
 	f.IntVar(&opts.Gossip.Port, "gossip-port", gossip.DefaultPort, "gossip UDP and TCP port, the same on every agent (MetalLB's speakers default to 7946 too)")
 	f.StringSliceVar(&opts.Gossip.Join, "gossip-join", nil, "comma-separated members to join through: host:port, or host for --gossip-port; a DNS name, such as the agents' headless Service, stands for the addresses it resolves to, a few of which are tried at random. Retried with backoff until another member answers, and again whenever this one is left alone")
-	f.IntVar(&opts.Gossip.Watchers, "gossip-watchers", liveness.DefaultWatchers, "how many agents watch each member, and so may vote on its death: must match the controller's evidence.watchers, 2.."+strconv.Itoa(liveness.MaxWatchers))
+	cli.AddGossipWatchersFlag(f, &opts.Gossip.Watchers)
 	f.DurationVar(&opts.Gossip.ProbeInterval, "gossip-probe-interval", gossip.DefaultProbeInterval, "how often each member probes another; a probe times out in half of it. A dead member is voted dead 7 to 12 intervals after its death (3.5 to 6 s at 500ms, measured with 5 to 200 members); raise it only where round trips between nodes approach 100 ms")
 	f.BoolVar(&opts.GossipOnly, "gossip-only", false, "no BIRD: run only the gossip member and its writer (needs --gossip-key-file); the BIRD flags are ignored")
-	f.StringVar(&healthAddr, "health-addr", ":9810", "address of /readyz and /healthz (plain HTTP, for the kubelet); empty disables them")
-	metricsserving.AddFlags(f, &metrics, ":9811")
+	f.StringVar(&healthAddr, "health-addr", agent.DefaultHealthAddr, "address of /readyz and /healthz (plain HTTP, for the kubelet); empty disables them. "+
+		"The default depends on the mode, so that the agents that may share a host's network never collide: "+agent.DefaultHealthAddr+", "+
+		agent.DefaultGossipHealthAddr+" with --gossip-only, "+agent.DefaultRejoinHealthAddr+" with --rejoin-only")
+	metricsserving.AddFlags(f, &metrics, agent.DefaultMetricsAddr)
+	f.Lookup("metrics-bind-address").Usage += "; " + agent.DefaultGossipMetricsAddr + " by default with --gossip-only; none with --rejoin-only or --once"
 	return cmd
+}
+
+// listenAddrs are the probe and metrics addresses the agent serves on:
+// the flags when given, else the defaults of its mode (agent.Options.
+// DefaultListen), so that the BIRD agent, a gossip-only member and the
+// rejoin agent on one host's network never take one port.
+func listenAddrs(f *pflag.FlagSet, opts agent.Options, health, metrics string) (string, string) {
+	defHealth, defMetrics := opts.DefaultListen()
+	if !f.Changed("health-addr") {
+		health = defHealth
+	}
+	if !f.Changed("metrics-bind-address") {
+		metrics = defMetrics
+	}
+	return health, metrics
 }
 
 // metricsServer serves the agent's metrics (with the Go runtime's and the
@@ -283,22 +308,23 @@ func metricsServer(c metricsserving.Config, cfg *rest.Config, a *agent.Agent, op
 }
 
 // serveAgent runs the agent and, when addr is set, its probe server, and
-// the metrics server when there is one, until ctx ends or one fails.
-func serveAgent(ctx context.Context, a *agent.Agent, addr string, metrics metricsserver.Server) error {
+// the metrics server on metricsAddr when there is one, until ctx ends or
+// one fails.
+func serveAgent(ctx context.Context, a *agent.Agent, addr string, metrics metricsserver.Server, metricsAddr string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 3)
 	if metrics != nil {
 		go func() {
 			if err := metrics.Start(ctx); err != nil {
-				errc <- fmt.Errorf("metrics server: %w", err)
+				errc <- agent.ListenError("--metrics-bind-address", metricsAddr, fmt.Errorf("metrics server: %w", err))
 			}
 		}()
 	}
 	if addr != "" {
-		ln, err := net.Listen("tcp", addr)
+		ln, err := agent.Listen("--health-addr", addr)
 		if err != nil {
-			return fmt.Errorf("--health-addr %s: %w", addr, err)
+			return err
 		}
 		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() {

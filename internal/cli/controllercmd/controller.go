@@ -103,8 +103,11 @@ upstream eviction.`,
 				debug.SetGCPercent(controllerGCPercent)
 			}
 			namespace := kube.Namespace(DefaultNamespace)
-			if err := recOpts.ZoneConfig.Validate(); err != nil {
+			if err := errors.Join(recOpts.ZoneConfig.Validate(), cli.ValidateDetection(peeringOpts.Config.Evidence)); err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("lease-margin") && !leasePlane {
+				return errors.New("--lease-margin needs --lease-plane: without the Lease plane no Lease is timed")
 			}
 			if markEarly && !leasePlane {
 				return errors.New("--mark-pods-not-ready-early needs --lease-plane: without the Lease plane no node is ever found dead on both planes")
@@ -231,6 +234,7 @@ upstream eviction.`,
 	f.BoolVar(&noRecovery, "no-recovery", false, "do not run the recovery controller (for a peering-only deployment)")
 	f.BoolVar(&peeringOn, "peering", false, "run the BGP peering controller: publish the health-aware peer set in ConfigMap <namespace>/rebound-peer-set, which each rebound agent reads, and as the node label peering.rebound.dev/in-set (for Calico)")
 	cli.AddPeeringFlags(f, &peeringOpts.Config)
+	cli.AddDetectionFlags(f, &peeringOpts.Config.Evidence)
 	f.BoolVar(&peeringOpts.Config.Disabled, "peering-keep-all", false, "global opt-out: keep every node in the mesh (labels are still published)")
 	f.StringVar(&peeringNodes, "peering-node-selector", "", "label selector of the nodes that run BGP (default: all nodes)")
 	f.Uint16Var(&peeringOpts.Config.DefaultBGPPort, "bgp-port", 179, "with --peering: the BGP port published for a node without the peering.rebound.dev/bgp-port annotation whose agent does not report one (rebound agent --listen-port, default 179 too)")

@@ -62,3 +62,37 @@ func TestLeaseHolder(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerRefusesBadDetectionSettings: the watchers' count and the
+// Lease margin are the controller's flags, checked at start before it
+// connects anywhere, each named; a margin without the Lease plane that
+// uses it is refused too, rather than silently ignored.
+func TestControllerRefusesBadDetectionSettings(t *testing.T) {
+	absent := "--kubeconfig=" + t.TempDir() + "/absent"
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "valid: goes on to read its kubeconfig", args: []string{"--lease-plane", "--gossip-watchers=5", "--lease-margin=1s"}, want: "absent"},
+		{name: "a lone watcher", args: []string{"--gossip-watchers=1"}, want: "--gossip-watchers 1"},
+		{name: "more watchers than an agent's report holds", args: []string{"--gossip-watchers=8"}, want: "--gossip-watchers 8"},
+		{name: "margin past the Lease", args: []string{"--lease-plane", "--lease-margin=45s"}, want: "--lease-margin 45s"},
+		{name: "margin without the Lease plane", args: []string{"--lease-margin=1s"}, want: "--lease-margin needs --lease-plane"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := NewCommand()
+			var out strings.Builder
+			cmd.SetOut(&out)
+			cmd.SetErr(&out)
+			cmd.SetArgs(append([]string{absent}, tc.args...))
+			err := cmd.Execute()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+			if tc.want != "absent" && strings.Contains(err.Error(), "absent") {
+				t.Errorf("error %v: the controller went on to connect", err)
+			}
+		})
+	}
+}

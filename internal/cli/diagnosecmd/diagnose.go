@@ -4,6 +4,7 @@
 package diagnosecmd
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -75,7 +76,7 @@ Exit codes:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Validate(); err != nil {
+			if err := errors.Join(output.Validate(), cli.ValidateDetection(opts.Peering.Evidence)); err != nil {
 				return &diagnose.Error{Code: diagnose.ExitCannotRead, Msg: err.Error(), Err: err}
 			}
 			cfg, err := kube.RESTConfig("rebound-diagnose")
@@ -115,5 +116,6 @@ Exit codes:
 	cli.AddZoneFlags(f, &opts.ZoneConfig)
 	cli.AddReplacementTimeoutFlag(f, &opts.Defaults)
 	cli.AddPeeringFlags(f, &opts.Peering)
+	cli.AddDetectionFlags(f, &opts.Peering.Evidence)
 	return cmd
 }

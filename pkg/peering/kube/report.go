@@ -34,7 +34,7 @@ func ReportFromAPI(obj *v1alpha1.PeeringReport) (peering.Report, error) {
 		r.Sessions = append(r.Sessions, s)
 	}
 	if g := obj.Gossip; g != nil {
-		r.Gossip = &liveness.GossipReport{ObservedAt: g.ObservedAt.Time, Members: int(g.Members)}
+		r.Gossip = &liveness.GossipReport{ObservedAt: g.ObservedAt.Time, Members: int(g.Members), Watchers: int(g.Watchers)}
 		for _, w := range g.Watches {
 			lw := liveness.Watch{Node: w.Node, State: w.State}
 			if w.Since != nil {
@@ -83,7 +83,7 @@ func GossipToAPI(reporter string, g liveness.GossipReport) *v1alpha1.PeeringRepo
 	obj := &v1alpha1.PeeringReport{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PeeringReport"},
 		ObjectMeta: metav1.ObjectMeta{Name: reporter, Labels: map[string]string{"app.kubernetes.io/managed-by": "rebound-agent"}},
-		Gossip:     &v1alpha1.GossipReport{ObservedAt: metav1.NewTime(g.ObservedAt.Truncate(time.Second)), Members: int32(g.Members)},
+		Gossip:     &v1alpha1.GossipReport{ObservedAt: metav1.NewTime(g.ObservedAt.Truncate(time.Second)), Members: int32(g.Members), Watchers: int32(g.Watchers)},
 	}
 	for _, w := range g.Watches {
 		aw := v1alpha1.GossipWatch{Node: w.Node, State: w.State}
@@ -114,13 +114,19 @@ func PeerSetFromConfigMap(cm *corev1.ConfigMap) (peering.PeerSet, error) {
 // Reports that cannot be read are left out. firstSeen is the caller's
 // liveness.Tracker, nil for a one-shot CLI.
 func Assess(nodes []*corev1.Node, reports []v1alpha1.PeeringReport, firstSeen map[string]time.Time, leases map[string]liveness.Lease, now time.Time, opts liveness.Options) liveness.Assessment {
+	return AssessReports(nodes, ReadableReports(reports), firstSeen, leases, now, opts)
+}
+
+// ReadableReports are the reports ReportFromAPI reads; the others are
+// left out.
+func ReadableReports(reports []v1alpha1.PeeringReport) []peering.Report {
 	rs := make([]peering.Report, 0, len(reports))
 	for i := range reports {
 		if r, err := ReportFromAPI(&reports[i]); err == nil {
 			rs = append(rs, r)
 		}
 	}
-	return AssessReports(nodes, rs, firstSeen, leases, now, opts)
+	return rs
 }
 
 // AssessReports is Assess over reports already read (diagnose reads them

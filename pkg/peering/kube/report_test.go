@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 )
 
@@ -39,6 +40,31 @@ func TestReportRoundTrip(t *testing.T) {
 	}
 	if !got.SameContent(r) || !got.ObservedAt.Equal(r.ObservedAt) {
 		t.Errorf("round trip:\n got %+v\nwant %+v", got, r)
+	}
+}
+
+// TestGossipRoundTrip: what an agent's gossip writer applies reads back
+// the same, its number of watchers included (the controller checks it
+// against its own).
+func TestGossipRoundTrip(t *testing.T) {
+	g := liveness.GossipReport{ObservedAt: reportT0, Members: 9, Watchers: 5, Watches: []liveness.Watch{
+		{Node: "node-2", State: liveness.GossipAlive, Since: reportT0.Add(-time.Hour)},
+		{Node: "node-3", State: liveness.GossipDead, Since: reportT0.Add(-time.Second)},
+	}}
+	data, err := json.Marshal(GossipToAPI("node-1", g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back v1alpha1.PeeringReport
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReportFromAPI(&back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Gossip.SameContent(&g) || !got.Gossip.ObservedAt.Equal(g.ObservedAt) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got.Gossip, g)
 	}
 }
 
