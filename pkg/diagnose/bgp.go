@@ -44,7 +44,7 @@ func (e *explainer) explainBGP() {
 // nodes carry the set's label) and reads the published membership.
 func (e *explainer) bgpStatus(names []string) (st peering.State, managed bool) {
 	b := &e.report.BGP
-	anyReport, anyLabel := len(e.x.PeeringReports) > 0, false
+	anyReport, anyLabel := len(e.bgpReportsOnly()) > 0, false
 	st = peering.State{Nodes: map[string]peering.NodeState{}}
 	for _, name := range names {
 		switch e.nodes[name].node.Labels[peering.LabelInSet] {
@@ -61,10 +61,10 @@ func (e *explainer) bgpStatus(names []string) (st peering.State, managed bool) {
 		b.Status = "Reported"
 	case anyLabel:
 		b.Status = "NoReports"
-		b.Message = "no agent reports found: no PeeringReport objects (is `rebound agent` running beside BIRD?)"
+		b.Message = "no agent reports BGP sessions: no PeeringReport with a BGP part (is `rebound agent` running beside BIRD?)" + e.gossipOnlyNote()
 	default:
 		b.Status = "NotManaged"
-		b.Message = fmt.Sprintf("no agent reports found, and no node carries the %s label: rebound's BGP peering is not in use", peering.LabelInSet)
+		b.Message = fmt.Sprintf("no agent reports BGP sessions, and no node carries the %s label: rebound's BGP peering is not in use", peering.LabelInSet) + e.gossipOnlyNote()
 		return st, false
 	}
 	return st, true
@@ -132,7 +132,7 @@ func (e *explainer) bgpReports(kept map[string]BGPMember) map[string]bool {
 	b := &e.report.BGP
 	waitedFor := map[string]bool{}
 	maxAge := e.x.Peering.Evidence.ReportMaxAge
-	for _, r := range e.x.PeeringReports {
+	for _, r := range e.bgpReportsOnly() {
 		ni, known := e.nodes[r.Reporter]
 		if !known {
 			continue
@@ -153,9 +153,36 @@ func (e *explainer) bgpReports(kept map[string]BGPMember) map[string]bool {
 		e.bgpNodeFindings(bn, kept, waitedFor)
 	}
 	if len(b.Nodes) > 0 {
-		b.Message = fmt.Sprintf("%d node(s) report their BGP sessions", len(b.Nodes))
+		b.Message = fmt.Sprintf("%d node(s) report their BGP sessions", len(b.Nodes)) + e.gossipOnlyNote()
 	}
 	return waitedFor
+}
+
+// bgpReportsOnly are the reports with a BGP part: a gossip-only agent
+// (`rebound agent --gossip-only`, the documented install without BIRD)
+// writes only the gossip field, and says nothing of BGP sessions.
+func (e *explainer) bgpReportsOnly() []peering.Report {
+	var out []peering.Report
+	for _, r := range e.x.PeeringReports {
+		if !r.ObservedAt.IsZero() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// gossipOnlyNote counts the gossip-only reports, for the BGP message.
+func (e *explainer) gossipOnlyNote() string {
+	n := 0
+	for _, r := range e.x.PeeringReports {
+		if r.ObservedAt.IsZero() && r.Gossip != nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d agent(s) report gossip only: `rebound agent --gossip-only`, no BIRD)", n)
 }
 
 // bgpWait describes one session of a reporter that is not Established.

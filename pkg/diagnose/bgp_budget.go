@@ -59,9 +59,10 @@ func (s BGPSettings) withDefaults() BGPSettings {
 // BGPBudget is one node's blackhole budget, in seconds.
 type BGPBudget struct {
 	Node string `json:"node"`
-	// Agent: the node has a PeeringReport (fresh or not: a dead node's
-	// agent stops reporting, its BIRD returns with the agent's
-	// configuration), so BFD and the start rule apply to it.
+	// Agent: the node has a PeeringReport with a BGP part (fresh or not:
+	// a dead node's agent stops reporting, its BIRD returns with the
+	// agent's configuration), so BFD and the start rule apply to it; a
+	// gossip-only agent runs beside no BIRD.
 	Agent bool `json:"agent"`
 	// DetectionSeconds: how long its peers keep sending to it after it
 	// dies; DetectedBy is "BFD" or "hold time".
@@ -85,7 +86,7 @@ func (e *explainer) bgpBudgets(names []string) {
 	b := &e.report.BGP
 	b.Budgets = []BGPBudget{}
 	agents := map[string]bool{}
-	for _, r := range e.x.PeeringReports {
+	for _, r := range e.bgpReportsOnly() {
 		agents[r.Reporter] = true
 	}
 	for _, name := range names {

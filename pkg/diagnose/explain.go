@@ -58,6 +58,13 @@ type Extra struct {
 	PeeringReports []peering.Report
 	// PeerSet is the published set document, nil when there is none.
 	PeerSet *peering.PeerSet
+	// Leases is the Lease plane the verdicts were judged with
+	// (kube.LeasesAsWritten); nil when the Leases could not be read.
+	Leases map[string]liveness.Lease
+	// DeleteRecords are the deletes rebound's Events record
+	// (StrandedPodDeleted, StrandedPodForceDeleted); the policies'
+	// status.lastActions are read from the snapshot.
+	DeleteRecords []rescue.DeleteRecord
 }
 
 // everyPodPolicy selects every pod. A second plan under it gives the
@@ -87,6 +94,7 @@ type explainer struct {
 	nodes map[string]nodeInfo
 
 	critical     map[podKey]int // index into report.CriticalPods
+	deletions    map[podKey]rescue.Deletion
 	covered      map[podKey]bool
 	podsByOwner  map[types.UID][]*corev1.Pod
 	rsDeployment map[types.UID]types.UID // ReplicaSet UID -> Deployment UID
@@ -120,7 +128,9 @@ func Explain(s rescue.Snapshot, x Extra) Report {
 	x.Peering = x.Peering.WithDefaults()
 	defaults := s.Defaults
 
-	e := &explainer{s: s, x: x, now: s.Now, plan: rescue.PlanFor(s)}
+	e := &explainer{s: s, x: x, now: s.Now}
+	e.attributeDeletions()
+	e.plan = rescue.PlanFor(e.s)
 	e.index()
 	r := &Report{
 		SchemaVersion: SchemaVersion,
@@ -144,6 +154,7 @@ func Explain(s rescue.Snapshot, x Extra) Report {
 		Warnings:     []string{},
 	}
 	e.report = r
+	e.explainEarlyDetection()
 
 	e.explainZones()
 	e.explainCriticalPods()
@@ -185,7 +196,7 @@ func Explain(s rescue.Snapshot, x Extra) Report {
 
 // kindOrder ranks finding kinds within one impact: what users lose first.
 var kindOrder = map[string]int{
-	"Workload": 0, "CriticalPod": 0, "BGPPeerWait": 1, "BGPReport": 1, "BGPKeptNotReady": 2, "BGPLeftOut": 2, "Zone": 3,
+	"Workload": 0, "CriticalPod": 0, "BGPPeerWait": 1, "BGPReport": 1, "BGPKeptNotReady": 2, "BGPLeftOut": 2, "EarlyDetection": 2, "Zone": 3,
 }
 
 func compareFindings(a, b Finding) int {
@@ -329,6 +340,9 @@ func (e *explainer) upstreamShort(cp *rescue.CriticalPod) string {
 		return s
 	}
 	n := e.nodes[cp.Node]
+	if n.ready {
+		return earlyUpstream
+	}
 	z := e.zoneOf(cp.Zone)
 	if !n.evictionTaint && z.Rate <= 0 {
 		if e.plan.Zones.FullDisruptionMode {
@@ -337,6 +351,16 @@ func (e *explainer) upstreamShort(cp *rescue.CriticalPod) string {
 		return fmt.Sprintf("never: zone %s in %s", zone.DisplayZone(cp.Zone), z.State)
 	}
 	return "never: the pod tolerates the node's NoExecute taint without tolerationSeconds"
+}
+
+// earlyUpstream is upstream's answer for a pod on a node the API still
+// has Ready.
+const earlyUpstream = "not before the API has the node NotReady (at the end of its node grace period) and the pod's toleration runs out"
+
+// earlyDead: the API has the node Ready, and it is dead on both planes.
+func (e *explainer) earlyDead(node string) bool {
+	n, known := e.nodes[node]
+	return known && n.ready && e.s.Verdicts[node].Early
 }
 
 // criticalImpact ranks a planner decision.
@@ -389,8 +413,11 @@ func (e *explainer) explainCriticalPods() {
 			Workload:          WorkloadRef{Class: string(cp.Workload.Class), Kind: cp.Workload.Kind, Name: cp.Workload.Name, Why: cp.Workload.Why},
 			Policy:            cp.Policy,
 			NotReadySince:     cp.NotReadySince.UTC(),
+			ReadyInAPI:        e.nodes[cp.Node].ready,
+			DetectedAt:        cp.DetectedAt.UTC(),
 			Deadline:          cp.Deadline.UTC(),
 			Terminating:       cp.Terminating,
+			DeletedBy:         e.deletedBy(podKey{cp.Namespace, cp.Name}),
 			UpstreamEstimated: cp.UpstreamEstimated,
 			Upstream:          e.upstreamShort(cp),
 			UpstreamReason:    cp.UpstreamReason,
@@ -423,16 +450,21 @@ func (e *explainer) explainUncoveredCriticalPods() {
 			continue
 		}
 		out := &e.report.CriticalPods[e.critical[k]]
-		since := out.NotReadySince
-		e.add(Finding{
-			Impact: criticalImpact(cp),
-			Kind:   "CriticalPod",
-			Object: "Pod " + cp.Key(),
-			Cause: fmt.Sprintf("on NotReady node %s for %s (zone %s %s); upstream eviction %s",
-				cp.Node, short(e.now.Sub(cp.NotReadySince)), out.Zone, out.ZoneState, out.Upstream),
+		cause := fmt.Sprintf("%s (zone %s %s); upstream eviction %s", nodeDown(out, e.now), out.Zone, out.ZoneState, out.Upstream)
+		if out.DeletedBy != nil {
+			cause += "; " + deletedByText(out.DeletedBy)
+		}
+		f := Finding{
+			Impact:  criticalImpact(cp),
+			Kind:    "CriticalPod",
+			Object:  "Pod " + cp.Key(),
+			Cause:   cause,
 			Rebound: reboundSays(out),
-			Since:   &since,
-		})
+		}
+		if since := downSince(out); !since.IsZero() {
+			f.Since = &since
+		}
+		e.add(f)
 	}
 }
 
@@ -456,6 +488,31 @@ func (e *explainer) explainPolicies() {
 	}
 }
 
+// downSince is when the pod's node went down by the clock that counts for
+// it: its NotReady transition, or, while the API still has it Ready, when
+// it was found dead on both planes; zero when neither is known.
+func downSince(c *CriticalPod) time.Time {
+	if c.ReadyInAPI || c.NotReadySince.IsZero() {
+		return c.DetectedAt
+	}
+	return c.NotReadySince
+}
+
+// nodeDown says how the pod's node is down, for a cause: never a NotReady
+// duration for a node the API still has Ready, never a duration from an
+// unknown time.
+func nodeDown(c *CriticalPod, now time.Time) string {
+	switch {
+	case c.ReadyInAPI && !c.DetectedAt.IsZero():
+		return fmt.Sprintf("on node %s, Ready in the API but dead on both planes since %s (%s)", c.Node, stamp(c.DetectedAt), short(now.Sub(c.DetectedAt)))
+	case c.ReadyInAPI:
+		return fmt.Sprintf("on node %s, Ready in the API", c.Node)
+	case c.NotReadySince.IsZero():
+		return fmt.Sprintf("on NotReady node %s", c.Node)
+	}
+	return fmt.Sprintf("on NotReady node %s for %s", c.Node, short(now.Sub(c.NotReadySince)))
+}
+
 // stamp renders a time for reasons: UTC, to the second, as the planner does.
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
@@ -475,7 +532,7 @@ func (e *explainer) liveness() []NodeLiveness {
 		if v.Verdict == liveness.Alive && !v.LeaseStale {
 			continue
 		}
-		l := NodeLiveness{Node: name, Verdict: string(v.Verdict), Since: v.Since.UTC(), Veto: v.Veto,
+		l := NodeLiveness{Node: name, Verdict: string(v.Verdict), ReadyInAPI: e.nodes[name].ready, Since: v.Since.UTC(), Veto: v.Veto,
 			Observers: v.Observers, DownVotes: v.DownVotes, UpVotes: v.UpVotes, LeaseStale: v.LeaseStale,
 			GossipWatchers: v.GossipWatchers, GossipDown: v.GossipDown, GossipUp: v.GossipUp, Early: v.Early, Reason: v.Reason}
 		if !v.LeaseRenewSeen.IsZero() {

@@ -169,23 +169,79 @@ func TestExplain(t *testing.T) {
 			words:       []string{`"workloads": []`},
 		},
 	}, {
-		name: "evicted by kube-controller-manager, replaced: not credited to rebound",
+		name: "evicted by kube-controller-manager (its taint and the toleration made it due), replaced: not credited to rebound",
 		world: func() *world {
-			w := s1(at(2 * time.Minute))
-			p := w.s.Pods[0]
-			p.DeletionTimestamp = ptr(metav1.NewTime(at(61 * time.Second)))
-			p.DeletionGracePeriodSeconds = ptr(int64(30))
-			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager"})
-			w.s.Deployments[0].Status.AvailableReplicas = 1
-			w.s.ReplicaSets[0].Status.AvailableReplicas = 1
-			w.pod("kube-system", "calico-kube-controllers-5d4f-y9", "node-0", true, "ReplicaSet", "calico-kube-controllers-5d4f")
+			w := replacedS1(corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager"})
+			w.nodeNamed("node-3").Spec.Taints = []corev1.Taint{noExecute(corev1.TaintNodeUnreachable, t0)}
+			w.s.Pods[0].Spec.Tolerations = tolerations(20)
 			return w
 		},
 		want: want{
 			decisions:   map[string]rescue.Decision{"kube-system/calico-kube-controllers-5d4f-x0": rescue.DecisionReplaced},
 			firstObject: "Pod kube-system/calico-kube-controllers-5d4f-x0",
-			firstWords:  []string{"Replaced", "evicted by kube-controller-manager's taint eviction", "nothing for rebound to do"},
-			absent:      []string{"rescue complete"},
+			firstWords: []string{"Replaced", "evicted by kube-controller-manager's taint eviction", "nothing for rebound to do",
+				"deleted by kube-controller-manager's taint eviction", "the eviction was due at 2026-03-01T12:00:20Z, the deletion requested at 2026-03-01T12:00:31Z"},
+			words:  []string{`"actor": "TaintEviction"`, "its DisruptionTarget condition says so too"},
+			absent: []string{"rescue complete"},
+		},
+	}, {
+		name: "kube-controller-manager's DisruptionTarget condition alone, its taint not due: not claimed for it",
+		world: func() *world {
+			return replacedS1(corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager"})
+		},
+		want: want{
+			decisions:   map[string]rescue.Decision{"kube-system/calico-kube-controllers-5d4f-x0": rescue.DecisionReplaced},
+			firstObject: "Pod kube-system/calico-kube-controllers-5d4f-x0",
+			firstWords:  []string{"deleted by not rebound (upstream taint eviction or another actor)"},
+			words:       []string{`"actor": "NotRebound"`, "the condition is also set on a pod already Terminating"},
+			absent:      []string{"evicted by kube-controller-manager", `"actor": "TaintEviction"`},
+		},
+	}, {
+		name: "rebound's status.lastActions names the delete; kube-controller-manager's condition came after: rebound",
+		world: func() *world {
+			w := replacedS1(corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager"})
+			w.nodeNamed("node-3").Spec.Taints = []corev1.Taint{noExecute(corev1.TaintNodeUnreachable, t0)}
+			w.s.Policies[0].Status.LastActions = []v1alpha1.ActionRecord{{Time: metav1.NewTime(at(31 * time.Second)),
+				Action: v1alpha1.RecordedDeleteAndReplace, Pod: "kube-system/calico-kube-controllers-5d4f-x0", Node: "node-3", Result: rescue.ResultSucceeded}}
+			return w
+		},
+		want: want{
+			decisions:   map[string]rescue.Decision{"kube-system/calico-kube-controllers-5d4f-x0": rescue.DecisionReplaced},
+			firstObject: "Pod kube-system/calico-kube-controllers-5d4f-x0",
+			firstWords:  []string{"deleted by rebound", "RecoveryPolicy default status.lastActions (DeleteAndReplace) at 2026-03-01T12:00:31Z", "rescue complete"},
+			words:       []string{`"actor": "rebound"`},
+			absent:      []string{"evicted by kube-controller-manager", "TaintEviction"},
+		},
+	}, {
+		name: "a record of rebound's for an earlier pod of the same name, a dry run, a refused delete: not credited",
+		world: func() *world {
+			w := replacedS1()
+			rec := func(t time.Time, dry bool, result string) v1alpha1.ActionRecord {
+				return v1alpha1.ActionRecord{Time: metav1.NewTime(t), Action: v1alpha1.RecordedDeleteAndReplace,
+					Pod: "kube-system/calico-kube-controllers-5d4f-x0", DryRun: dry, Result: result}
+			}
+			w.s.Policies[0].Status.LastActions = []v1alpha1.ActionRecord{
+				rec(at(31*time.Second), true, rescue.ResultSucceeded), rec(at(31*time.Second), false, rescue.ResultRefused),
+				rec(at(-2*time.Hour), false, rescue.ResultSucceeded)}
+			return w
+		},
+		want: want{
+			words:  []string{`"actor": "NotRebound"`},
+			absent: []string{`"actor": "rebound"`},
+		},
+	}, {
+		name: "rebound deleted the pod of a Deployment still short: the workload's cause says so",
+		world: func() *world {
+			w := s1(at(45 * time.Second))
+			p := w.s.Pods[0]
+			p.DeletionTimestamp = ptr(metav1.NewTime(at(61 * time.Second)))
+			p.DeletionGracePeriodSeconds = ptr(int64(30))
+			w.x.DeleteRecords = []rescue.DeleteRecord{{Namespace: "kube-system", Pod: p.Name, UID: p.UID, At: at(31 * time.Second), Source: "Event StrandedPodDeleted"}}
+			return w
+		},
+		want: want{
+			firstObject: "Deployment kube-system/calico-kube-controllers",
+			firstWords:  []string{"is Terminating on NotReady node node-3", "deleted by rebound", "Event StrandedPodDeleted at 2026-03-01T12:00:31Z"},
 		},
 	}, {
 		name: "DaemonSet pods on NotReady nodes are only information",
@@ -383,7 +439,7 @@ func TestExplain(t *testing.T) {
 			w.inSet("node-0", "true")
 			return w
 		},
-		want: want{words: []string{`"status": "NoReports"`, "no agent reports found"}},
+		want: want{words: []string{`"status": "NoReports"`, "no agent reports BGP sessions"}},
 	}, {
 		name: "keep-in-mesh label holds a dead node in the set",
 		world: func() *world {
@@ -501,23 +557,42 @@ func TestExplain(t *testing.T) {
 	}
 }
 
+// replacedS1 is S1 after the critical pod was deleted (requested at t0+31s,
+// grace 30 s) and replaced: its Deployment available again, the old pod
+// Terminating on node-3 with conds.
+func replacedS1(conds ...corev1.PodCondition) *world {
+	w := s1(at(2 * time.Minute))
+	p := w.s.Pods[0]
+	p.DeletionTimestamp = ptr(metav1.NewTime(at(61 * time.Second)))
+	p.DeletionGracePeriodSeconds = ptr(int64(30))
+	p.Status.Conditions = append(p.Status.Conditions, conds...)
+	w.s.Deployments[0].Status.AvailableReplicas = 1
+	w.s.ReplicaSets[0].Status.AvailableReplicas = 1
+	w.pod("kube-system", "calico-kube-controllers-5d4f-y9", "node-0", true, "ReplicaSet", "calico-kube-controllers-5d4f")
+	return w
+}
+
 // TestExplainIsPure: the same input gives the same report, and Explain does
 // not modify its input.
 func TestExplainIsPure(t *testing.T) {
-	w := s1(at(45 * time.Second))
-	w.deployment("default", "not-critical", false, 0, "node-3")
-	w.daemonSet("calico-node", 1, "node-0", "node-3")
-	before, err := json.Marshal([]any{w.s.Nodes, w.s.Pods, w.s.Policies, w.x.DaemonSets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := w.explain(), w.explain()
-	if !reflect.DeepEqual(a, b) {
-		t.Errorf("two runs differ:\n%+v\n%+v", a, b)
-	}
-	after, _ := json.Marshal([]any{w.s.Nodes, w.s.Pods, w.s.Policies, w.x.DaemonSets})
-	if string(before) != string(after) {
-		t.Error("Explain modified its input")
+	s1w := s1(at(45 * time.Second))
+	s1w.deployment("default", "not-critical", false, 0, "node-3")
+	s1w.daemonSet("calico-node", 1, "node-0", "node-3")
+	// The planner is handed this pod without its condition: a copy.
+	replaced := replacedS1(corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager"})
+	for _, w := range []*world{s1w, replaced} {
+		before, err := json.Marshal([]any{w.s.Nodes, w.s.Pods, w.s.Policies, w.x.DaemonSets})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := w.explain(), w.explain()
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("two runs differ:\n%+v\n%+v", a, b)
+		}
+		after, _ := json.Marshal([]any{w.s.Nodes, w.s.Pods, w.s.Policies, w.x.DaemonSets})
+		if string(before) != string(after) {
+			t.Error("Explain modified its input")
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -51,7 +52,8 @@ const pageSize = 500
 
 // Gather lists, cluster-wide and read-only, everything Explain reads:
 // nodes, pods, namespaces, PVCs, ReplicaSets, Deployments, StatefulSets,
-// DaemonSets and RecoveryPolicies. Without the RecoveryPolicy CRD it uses
+// DaemonSets, RecoveryPolicies, the agents' PeeringReports, the nodes'
+// Leases and rebound's delete Events. Without the RecoveryPolicy CRD it uses
 // the default policy deploy/ ships (policyfile.Default) and says so in
 // Extra. Any other failure is an *Error whose
 // one-line message says what is wrong (API unreachable, credentials
@@ -106,8 +108,13 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 		return fail(describe(c, "leases", err))
 	default:
 		s.Liveness.Leases = kube.LeasesAsWritten(nodeLeases.Items)
+		x.Leases = s.Liveness.Leases
 		// Policies with detection TwoPlanes are planned on them too.
 		s.Liveness.LeaseRenewTimes = kube.LeaseRenewTimes(nodeLeases.Items)
+	}
+
+	if err := gatherDeleteEvents(ctx, c, &x); err != nil {
+		return fail(err)
 	}
 
 	s.Policies, err = listPolicies(ctx, c)
@@ -184,6 +191,65 @@ func gatherPeering(ctx context.Context, c Clients, x *Extra) error {
 		}
 	}
 	return nil
+}
+
+// gatherDeleteEvents reads the Events rebound records for its deletes
+// (StrandedPodDeleted, StrandedPodForceDeleted: each names the pod, with
+// its UID, as its regarding or related object), listed by reason. Without
+// the right to list Events, who deleted a pod is read from the policies'
+// status.lastActions alone, and a warning says so.
+func gatherDeleteEvents(ctx context.Context, c Clients, x *Extra) error {
+	for _, reason := range []string{rescue.ActionDelete.EventReason(), rescue.ActionForceDelete.EventReason()} {
+		opts := metav1.ListOptions{Limit: pageSize, FieldSelector: "reason=" + reason}
+		for {
+			l, err := c.Kube.CoreV1().Events("").List(ctx, opts)
+			switch {
+			case apierrors.IsForbidden(err):
+				x.Warnings = append(x.Warnings, "cannot list Events: who deleted a pod is read from the RecoveryPolicies' status.lastActions alone (grant the rebound-diagnose ClusterRole from deploy/rbac)")
+				return nil
+			case err != nil:
+				return describe(c, "events", err)
+			}
+			for i := range l.Items {
+				if r, ok := deleteRecord(&l.Items[i], reason); ok {
+					x.DeleteRecords = append(x.DeleteRecords, r)
+				}
+			}
+			if l.Continue == "" {
+				break
+			}
+			opts.Continue = l.Continue
+		}
+	}
+	return nil
+}
+
+// deleteRecord reads one of rebound's delete Events, of the reason
+// listed: the pod is its related object, or its regarding object when
+// that is the pod.
+func deleteRecord(ev *corev1.Event, reason string) (rescue.DeleteRecord, bool) {
+	ref := ev.Related
+	if ref == nil || ref.Kind != "Pod" {
+		ref = &ev.InvolvedObject
+	}
+	if ref.Kind != "Pod" || ref.Name == "" || ev.Type != corev1.EventTypeNormal || ev.Reason != reason {
+		return rescue.DeleteRecord{}, false
+	}
+	ns := ref.Namespace
+	if ns == "" {
+		ns = ev.Namespace
+	}
+	at := ev.EventTime.Time
+	for _, t := range []time.Time{ev.LastTimestamp.Time, ev.FirstTimestamp.Time, ev.CreationTimestamp.Time} {
+		if at.IsZero() {
+			at = t
+		}
+	}
+	source := "Event " + ev.Reason
+	if by := cmp.Or(ev.ReportingController, ev.Source.Component); by != "" {
+		source += " from " + by
+	}
+	return rescue.DeleteRecord{Namespace: ns, Pod: ref.Name, UID: ref.UID, At: at, Source: source}, true
 }
 
 // listPolicies lists RecoveryPolicies through the dynamic client, so that a

@@ -68,7 +68,7 @@ func TestGatherReadsOnly(t *testing.T) {
 		}
 		resources[a.GetResource().Resource] = true
 	}
-	for _, r := range []string{"nodes", "pods", "namespaces", "persistentvolumeclaims", "replicasets", "deployments", "statefulsets", "daemonsets", "recoverypolicies"} {
+	for _, r := range []string{"nodes", "pods", "namespaces", "persistentvolumeclaims", "replicasets", "deployments", "statefulsets", "daemonsets", "recoverypolicies", "leases", "events"} {
 		if !resources[r] {
 			t.Errorf("Gather did not list %s", r)
 		}
@@ -91,6 +91,23 @@ func TestGatherWithoutCRDUsesTheDefaultPolicy(t *testing.T) {
 	r := Explain(s, x)
 	if len(r.Policies) != 1 || r.Policies[0].Source != "built-in" {
 		t.Errorf("report policies = %+v", r.Policies)
+	}
+}
+
+// TestGatherWithoutEvents: without the right to list Events, who deleted a
+// pod rests on status.lastActions, and a warning says so; diagnose still
+// runs.
+func TestGatherWithoutEvents(t *testing.T) {
+	kube, _, c := fakeClients()
+	kube.PrependReactor("list", "events", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "", fmt.Errorf("no"))
+	})
+	_, x, err := Gather(context.Background(), c, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(x.Warnings) != 1 || !strings.Contains(x.Warnings[0], "cannot list Events: who deleted a pod is read from the RecoveryPolicies' status.lastActions alone") {
+		t.Errorf("warnings = %q", x.Warnings)
 	}
 }
 

@@ -60,7 +60,9 @@ type Report struct {
 	FullDisruptionMode bool   `json:"fullDisruptionMode"`
 	Zones              []Zone `json:"zones"`
 	// CriticalPods lists every pod a RecoveryPolicy makes critical that is
-	// bound to a NotReady node, with rebound's decision about it.
+	// bound to a NotReady node, or to a node the API still has Ready that
+	// is dead on both planes and that a TwoPlanes policy examines, with
+	// rebound's decision about it.
 	CriticalPods []CriticalPod `json:"criticalPods"`
 	// Workloads lists the Deployments, StatefulSets and DaemonSets whose
 	// status is not Available.
@@ -72,7 +74,10 @@ type Report struct {
 	// Unreachable lists the nodes rebound marks, or would mark, dead on
 	// both planes (rebound.dev/unreachable), sorted by node.
 	Unreachable []UnreachableNode `json:"unreachable"`
-	BGP         BGP               `json:"bgp"`
+	// EarlyDetection says which nodes the API has Ready could not be
+	// found dead early, on both planes, and why.
+	EarlyDetection EarlyDetection `json:"earlyDetection"`
+	BGP            BGP            `json:"bgp"`
 	// Policies are the RecoveryPolicies the plan used.
 	Policies []Policy `json:"policies"`
 	// Warnings are problems with the input itself (an invalid policy, the
@@ -85,8 +90,12 @@ type Report struct {
 type NodeLiveness struct {
 	Node string `json:"node"`
 	// Verdict is CutOffFromAPI, Dead or Unknown.
-	Verdict string    `json:"verdict"`
-	Since   time.Time `json:"since"`
+	Verdict string `json:"verdict"`
+	// ReadyInAPI: the API has the node Ready (its Lease is stale, or it
+	// is dead on both planes); Since is when it entered its Ready state
+	// (omitted when unknown).
+	ReadyInAPI bool      `json:"readyInAPI,omitempty"`
+	Since      time.Time `json:"since,omitzero"`
 	// Veto names the live observer whose session keeps the node in the
 	// mesh, if any.
 	Veto      string `json:"veto,omitempty"`
@@ -182,11 +191,18 @@ type CriticalPod struct {
 	// Workload is the owner that decides the safety rule.
 	Workload WorkloadRef `json:"workload"`
 	Policy   string      `json:"policy"`
-	// NotReadySince is when the node stopped being Ready; Deadline is
-	// NotReadySince + the policy's maxUnavailableTime.
-	NotReadySince time.Time `json:"notReadySince"`
+	// NotReadySince is when the node stopped being Ready, omitted while
+	// the API still has it Ready (ReadyInAPI). DetectedAt is when it was
+	// found dead on both planes, for a TwoPlanes policy (omitted
+	// otherwise). Deadline is the later of the two (the clock's start) +
+	// the policy's maxUnavailableTime.
+	NotReadySince time.Time `json:"notReadySince,omitzero"`
+	ReadyInAPI    bool      `json:"readyInAPI,omitempty"`
+	DetectedAt    time.Time `json:"detectedAt,omitzero"`
 	Deadline      time.Time `json:"deadline"`
 	Terminating   bool      `json:"terminating"`
+	// DeletedBy says who deleted a terminating pod, by the records.
+	DeletedBy *DeletedBy `json:"deletedBy,omitempty"`
 	// UpstreamEviction is when kube-controller-manager evicts the pod on
 	// its own; null means never (or moot, for a terminating pod).
 	UpstreamEviction *time.Time `json:"upstreamEviction"`
@@ -213,6 +229,20 @@ type CriticalPod struct {
 	DryRun    bool   `json:"dryRun,omitempty"`
 	// Reason is the planner's reason, the words of rebound's Event.
 	Reason string `json:"reason"`
+}
+
+// DeletedBy is who deleted a terminating pod (rescue.DeletedBy): what
+// rebound's own Events and status.lastActions records say, else
+// kube-controller-manager where its taint and the pod's toleration made
+// the eviction due, else not rebound.
+type DeletedBy struct {
+	// Actor is "rebound", "TaintEviction" or "PodGC"
+	// (kube-controller-manager's), or "NotRebound" (upstream taint
+	// eviction or another actor: no record of rebound's names it).
+	Actor string `json:"actor"`
+	// RequestedAt is when the deletion was asked for.
+	RequestedAt time.Time `json:"requestedAt"`
+	Evidence    string    `json:"evidence"`
 }
 
 // WorkloadRef names a pod's owner.
@@ -276,6 +306,8 @@ type BGPNode struct {
 	Ready bool   `json:"ready"`
 	// ReportTime is when the agent read BIRD; Stale is true when that is
 	// older than the session-report max age (a dead node's last report).
+	// Only reports with a BGP part are listed: a gossip-only agent's
+	// report (`rebound agent --gossip-only`) has none.
 	ReportTime time.Time `json:"reportTime"`
 	Stale      bool      `json:"stale"`
 	// Error is why the agent could not read BIRD.
@@ -297,10 +329,44 @@ type BGPWait struct {
 	PeerInSet string `json:"peerInSet"`
 	// Since is an estimate (the report has no per-session time): the
 	// later of when this node became Ready and when the peer last changed
-	// readiness.
-	Since time.Time `json:"since"`
+	// readiness; omitted when neither is known.
+	Since time.Time `json:"since,omitzero"`
 	// Reason explains why the peer is still in the set.
 	Reason string `json:"reason,omitempty"`
+}
+
+// EarlyDetection is whether the nodes the API has Ready can be found dead
+// early, on both planes (docs/detection.md), by pkg/liveness's coverage:
+// the same rules the verdicts follow.
+type EarlyDetection struct {
+	// Status: "NotInUse" (no agent gossips: nodes are found dead when the
+	// API has them NotReady, by design), "On" (every Ready node covered),
+	// "Partial" (Nodes lists those that are not), "Off" (none is:
+	// Message says why).
+	Status  string `json:"status"`
+	Message string `json:"message"`
+	// Nodes lists each Ready node whose early detection is off or rests
+	// on the Lease alone, sorted by node.
+	Nodes []EarlyDetectionNode `json:"nodes"`
+}
+
+// EarlyDetectionNode is one Ready node not covered by early detection.
+type EarlyDetectionNode struct {
+	Node string `json:"node"`
+	// Mode is "Off" (it cannot be found dead early) or "LeaseOnly" (a
+	// quorum of its gossip watchers already has it dead while its Lease
+	// renews: a stale Lease alone would do).
+	Mode string `json:"mode"`
+	// Watchers on the ring of fresh gossip reads, Voters of them that
+	// list it and may vote, Quorum the Dead votes a death needs.
+	Watchers int `json:"watchers"`
+	Voters   int `json:"voters"`
+	Quorum   int `json:"quorum"`
+	// OwnGossip is its own agent's gossip read: fresh, stale or missing;
+	// OwnGossipAt when it was written (omitted when missing).
+	OwnGossip   string    `json:"ownGossip"`
+	OwnGossipAt time.Time `json:"ownGossipAt,omitzero"`
+	Reason      string    `json:"reason"`
 }
 
 // BGPMember is a node's place in the peer set, with the peering planner's

@@ -58,13 +58,16 @@ func WriteText(w io.Writer, r Report) error {
 		p.line("  no nodes")
 	}
 
-	p.section("Critical pods on NotReady nodes")
+	p.section("Critical pods on NotReady nodes (or dead on both planes)")
 	if len(r.CriticalPods) == 0 {
 		p.line("  none")
 	}
 	for _, c := range r.CriticalPods {
-		p.linef("  %s/%s on %s, NotReady since %s (%s)", c.Namespace, c.Name, c.Node, clock(c.NotReadySince, r.Time), short(r.Time.Sub(c.NotReadySince)))
+		p.wrapped("  ", fmt.Sprintf("%s/%s on %s, %s", c.Namespace, c.Name, c.Node, downClock(c, r.Time)))
 		p.wrapped("    ", "upstream eviction: "+c.Upstream)
+		if c.DeletedBy != nil {
+			p.wrapped("    ", deletedByText(c.DeletedBy))
+		}
 		if c.NodeAlive != "" {
 			p.wrapped("    ", "node appears alive but cut off from the API: "+c.NodeAlive)
 		}
@@ -88,8 +91,8 @@ func WriteText(w io.Writer, r Report) error {
 		p.section("Liveness of the nodes not plainly Alive (clocks from the API's times)")
 		for _, l := range r.Liveness {
 			state := "NotReady"
-			if l.Verdict == "Alive" || l.Early || l.LeaseStale {
-				state = "in the API's state"
+			if l.ReadyInAPI {
+				state = "Ready in the API"
 			}
 			p.linef("  %s: %s, %s since %s; BGP: %d observer(s), %d down, %d up", l.Node, l.Verdict, state, clock(l.Since, r.Time), l.Observers, l.DownVotes, l.UpVotes)
 			if l.LeaseAge != nil || l.GossipWatchers > 0 {
@@ -119,6 +122,18 @@ func WriteText(w io.Writer, r Report) error {
 				p.linef("  %s: not marked; %s", u.Node, head)
 			}
 			p.wrapped("    ", u.Reason)
+		}
+	}
+
+	if ed := r.EarlyDetection; ed.Status != "" && ed.Status != "NotInUse" {
+		p.section("Early detection (dead on both planes while the API has the node Ready)")
+		p.wrapped("  ", ed.Message)
+		for _, n := range ed.Nodes {
+			mode := "off"
+			if n.Mode == "LeaseOnly" {
+				mode = "on the Lease alone"
+			}
+			p.wrapped("  ", fmt.Sprintf("%s: %s (%d watcher(s), %d can vote, quorum %d): %s", n.Node, mode, n.Watchers, n.Voters, n.Quorum, n.Reason))
 		}
 	}
 
@@ -237,6 +252,21 @@ func wrap(text string, width int) []string {
 		lines = append(lines, cur.String())
 	}
 	return lines
+}
+
+// downClock says since when a critical pod's node is down: NotReady since
+// its transition, or Ready in the API and dead on both planes since the
+// verdict; never a duration from an unknown time.
+func downClock(c CriticalPod, now time.Time) string {
+	switch {
+	case c.ReadyInAPI && !c.DetectedAt.IsZero():
+		return fmt.Sprintf("Ready in the API, dead on both planes since %s (%s)", clock(c.DetectedAt, now), short(now.Sub(c.DetectedAt)))
+	case c.ReadyInAPI:
+		return "Ready in the API"
+	case c.NotReadySince.IsZero():
+		return "NotReady since an unknown time"
+	}
+	return fmt.Sprintf("NotReady since %s (%s)", clock(c.NotReadySince, now), short(now.Sub(c.NotReadySince)))
 }
 
 // clock renders a time relative to now's day: "15:04:05Z" on the same

@@ -126,7 +126,7 @@ func (e *explainer) judge(w workloadSpec) {
 	live := 0
 	for _, p := range w.pods {
 		n, known := e.nodes[p.Spec.NodeName]
-		down := p.Spec.NodeName != "" && (!known || !n.ready)
+		down := p.Spec.NodeName != "" && (!known || !n.ready || e.earlyDead(p.Spec.NodeName))
 		switch {
 		case p.DeletionTimestamp != nil && down:
 			terminatingOnNotReady = append(terminatingOnNotReady, p)
@@ -185,7 +185,8 @@ func (e *explainer) judge(w workloadSpec) {
 	e.addWorkload(out, best.since)
 }
 
-// notReadyCause explains a workload's pods bound to NotReady nodes. For
+// notReadyCause explains a workload's pods bound to NotReady nodes (or
+// to nodes the API has Ready that are dead on both planes). For
 // critical pods it takes rebound's decision; for the others the
 // planner's upstream answer under everyPodPolicy.
 func (e *explainer) notReadyCause(w workloadSpec, pods []*corev1.Pod) cause {
@@ -201,7 +202,11 @@ func (e *explainer) notReadyCause(w workloadSpec, pods []*corev1.Pod) cause {
 	for _, p := range pods {
 		k := podKey{p.Namespace, p.Name}
 		n, known := e.nodes[p.Spec.NodeName]
+		early := e.earlyDead(p.Spec.NodeName)
 		j := judged{pod: p, since: n.since}
+		if at := e.s.Verdicts[p.Spec.NodeName].DetectedAt; early && !at.IsZero() {
+			j.since = at
+		}
 		if known {
 			z := e.zoneOf(n.zone)
 			j.zone = fmt.Sprintf("zone %s %s", zone.DisplayZone(n.zone), z.State)
@@ -220,6 +225,13 @@ func (e *explainer) notReadyCause(w workloadSpec, pods []*corev1.Pod) cause {
 			}
 			ev := e.every[k]
 			switch {
+			case ev == nil && early:
+				// Only a TwoPlanes policy examines the pods of a node
+				// the API has Ready.
+				j.impact, j.upstream = ImpactPending, earlyUpstream
+				j.rebound = "no TwoPlanes RecoveryPolicy makes it critical: rebound acts on it, if a policy does, once the API has the node NotReady"
+				all = append(all, j)
+				continue
 			case ev == nil:
 				j.impact, j.upstream = ImpactPending, "unknown"
 			case !ev.UpstreamEviction.IsZero():
@@ -241,24 +253,30 @@ func (e *explainer) notReadyCause(w workloadSpec, pods []*corev1.Pod) cause {
 			earliest = j.since
 		}
 	}
-	where := "node " + worst.pod.Spec.NodeName
+	where := e.downNode(worst.pod.Spec.NodeName)
 	if worst.zone != "" {
 		where += " (" + worst.zone + ")"
 	}
 	if _, known := e.nodes[worst.pod.Spec.NodeName]; !known {
-		where = "node " + worst.pod.Spec.NodeName + ", which no longer exists"
+		where = "NotReady node " + worst.pod.Spec.NodeName + ", which no longer exists"
+	}
+	nodes := "NotReady nodes"
+	for _, p := range pods {
+		if e.earlyDead(p.Spec.NodeName) {
+			nodes = "nodes NotReady or dead on both planes"
+		}
 	}
 	var text string
 	switch {
 	case w.podsStayWithNode:
-		text = fmt.Sprintf("%d of its pods are on NotReady nodes (%s): DaemonSet pods stay with their node and return with it", len(pods), nodesOf(pods))
+		text = fmt.Sprintf("%d of its pods are on %s (%s): DaemonSet pods stay with their node and return with it", len(pods), nodes, nodesOf(pods))
 	case len(pods) == 1 && len(w.pods) == 1:
-		text = fmt.Sprintf("its only pod %s is on NotReady %s; upstream eviction %s", worst.pod.Name, where, worst.upstream)
+		text = fmt.Sprintf("its only pod %s is on %s; upstream eviction %s", worst.pod.Name, where, worst.upstream)
 	case len(pods) == 1:
-		text = fmt.Sprintf("pod %s is on NotReady %s; upstream eviction %s", worst.pod.Name, where, worst.upstream)
+		text = fmt.Sprintf("pod %s is on %s; upstream eviction %s", worst.pod.Name, where, worst.upstream)
 	default:
-		text = fmt.Sprintf("%d of its pods are on NotReady nodes (%s); pod %s on %s: upstream eviction %s",
-			len(pods), nodesOf(pods), worst.pod.Name, where, worst.upstream)
+		text = fmt.Sprintf("%d of its pods are on %s (%s); pod %s on %s: upstream eviction %s",
+			len(pods), nodes, nodesOf(pods), worst.pod.Name, where, worst.upstream)
 	}
 	return cause{impact: worst.impact, text: text, rebound: worst.rebound, since: earliest}
 }
@@ -271,12 +289,15 @@ func (e *explainer) terminatingCause(w workloadSpec, p *corev1.Pod) cause {
 	c := cause{since: p.DeletionTimestamp.Time}
 	if w.waitsForOldPod {
 		c.impact = ImpactBlocking
-		c.text = fmt.Sprintf("pod %s is Terminating on NotReady node %s since %s and the StatefulSet creates no replacement while it exists: confirm the node is off, then taint it %s",
-			p.Name, p.Spec.NodeName, stamp(p.DeletionTimestamp.Time), corev1.TaintNodeOutOfService)
+		c.text = fmt.Sprintf("pod %s is Terminating on %s since %s and the StatefulSet creates no replacement while it exists: confirm the node is off, then taint it %s",
+			p.Name, e.downNode(p.Spec.NodeName), stamp(p.DeletionTimestamp.Time), corev1.TaintNodeOutOfService)
 	} else {
 		c.impact = ImpactPending
-		c.text = fmt.Sprintf("pod %s is Terminating on NotReady node %s (deleted at %s); its replacement counts once it is Ready",
-			p.Name, p.Spec.NodeName, stamp(p.DeletionTimestamp.Time))
+		c.text = fmt.Sprintf("pod %s is Terminating on %s (deleted at %s); its replacement counts once it is Ready",
+			p.Name, e.downNode(p.Spec.NodeName), stamp(p.DeletionTimestamp.Time))
+	}
+	if d := e.deletedBy(k); d != nil {
+		c.text += "; " + deletedByText(d)
 	}
 	if i, ok := e.critical[k]; ok {
 		e.covered[k] = true
@@ -291,6 +312,16 @@ func (e *explainer) terminatingCause(w workloadSpec, p *corev1.Pod) cause {
 		c.impact = ImpactPending
 	}
 	return c
+}
+
+// downNode names a node a pod is stranded on: "NotReady node X", or, for
+// a node the API still has Ready, "node X, Ready in the API but dead on
+// both planes".
+func (e *explainer) downNode(name string) string {
+	if e.earlyDead(name) {
+		return "node " + name + ", Ready in the API but dead on both planes"
+	}
+	return "NotReady node " + name
 }
 
 func unscheduledCause(p *corev1.Pod) cause {

@@ -42,11 +42,16 @@ coming back, most serious first, each line with its cause first:
   * BGP: the peers each node's BIRD waits for in graceful-restart recovery, from
     the reports of rebound agent, and the nodes left out of the peer set, with why;
   * Deployments, StatefulSets and DaemonSets that are not Available, with the
-    first reason (a pod on a NotReady node, an unschedulable pod, a crash loop).
+    first reason (a pod on a NotReady node, an unschedulable pod, a crash loop);
+  * who deleted each Terminating pod, by rebound's own Events and
+    status.lastActions, or by kube-controller-manager's taint and the pod's
+    toleration;
+  * early detection: each Ready node that could not be found dead on both
+    planes (Lease and gossip) if it died now, and why.
 
 It only gets and lists nodes, pods, namespaces, PVCs, ReplicaSets, Deployments,
-StatefulSets, DaemonSets and RecoveryPolicies: the ClusterRole rebound-diagnose
-(deploy/rbac) is all it needs. Without the RecoveryPolicy CRD it assumes the
+StatefulSets, DaemonSets, RecoveryPolicies, PeeringReports, the nodes' Leases
+and Events: the ClusterRole rebound-diagnose (deploy/rbac) is all it needs. Without the RecoveryPolicy CRD it assumes the
 default policy (deploy/policy/default-recoverypolicy.yaml: kube-system pods of
 priority class system-cluster-critical or system-node-critical) and says so.
 
