@@ -38,7 +38,7 @@ type s15Lane struct {
 
 func s15Lanes() []s15Lane {
 	return []s15Lane{
-		{name: "default policy, all at once", policyTime: 30 * time.Second, policy: func(t *testing.T) []byte {
+		{name: "DefaultPolicyAtOnce", policyTime: 30 * time.Second, policy: func(t *testing.T) []byte {
 			return fmt.Appendf(nil, `apiVersion: rebound.dev/v1alpha1
 kind: RecoveryPolicy
 metadata:
@@ -50,8 +50,8 @@ spec:
   maxUnavailableTime: 30s
 `)
 		}},
-		{name: "TwoPlanes 0s, all at once", policy: func(*testing.T) []byte { return []byte(scenario.S13Policy) }},
-		{name: "TwoPlanes 0s, one after another", stopStagger: 2 * time.Second, policy: func(*testing.T) []byte { return []byte(scenario.S13Policy) }},
+		{name: "TwoPlanes0sAtOnce", policy: func(*testing.T) []byte { return []byte(scenario.S13Policy) }},
+		{name: "TwoPlanes0sOneAfterAnother", stopStagger: 2 * time.Second, policy: func(*testing.T) []byte { return []byte(scenario.S13Policy) }},
 	}
 }
 
