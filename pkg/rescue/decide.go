@@ -309,7 +309,7 @@ func (p *planner) decideStateless(i int, pod *corev1.Pod, rule *policyRule, o ow
 	requested := deletionRequestedAt(pod)
 	ok, avail := o.available()
 	if ok {
-		if by := upstreamDeleter(pod); by != "" {
+		if by := p.upstreamDeleter(pod, p.nodeOf(pod)); by != "" {
 			// Not rebound's doing: say who, so that nobody credits rebound.
 			p.report(cp, DecisionReplaced, "evicted by %s at %s and %s: replaced by upstream, nothing for rebound to do (the old pod stays Terminating until its node returns or is removed)",
 				by, formatTime(requested), avail)
@@ -449,20 +449,29 @@ func forceDeleteIssued(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp != nil && g != nil && *g == 0
 }
 
-// upstreamDeleter names the upstream controller that deleted pod, from the
-// DisruptionTarget condition it sets before it deletes; "" when none did
-// (rebound, or anyone else, deleted it).
-func upstreamDeleter(pod *corev1.Pod) string {
-	for _, c := range pod.Status.Conditions {
-		if c.Type != corev1.DisruptionTarget || c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Reason {
-		case "DeletionByTaintManager": // k8s.io/kubernetes pkg/controller/tainteviction
-			return "kube-controller-manager's taint eviction"
-		case "DeletionByPodGC": // pkg/controller/podgc
-			return "kube-controller-manager's pod garbage collector"
-		}
+// upstreamDeleter names the upstream controller that deleted pod, from
+// what says who deleted (DeletedBy: rebound's own records, the node's
+// NoExecute taint with the pod's toleration; the DisruptionTarget
+// condition alone is also set on a pod rebound deleted); "" when none did
+// (rebound, or anyone else).
+func (p *planner) upstreamDeleter(pod *corev1.Pod, node *corev1.Node) string {
+	if p.deleteRecords == nil {
+		p.deleteRecords = DeleteRecords(p.snap.Policies)
+	}
+	switch DeletedBy(pod, node, p.deleteRecords).By {
+	case DeletedByTaintEviction:
+		return "kube-controller-manager's taint eviction"
+	case DeletedByPodGC:
+		return "kube-controller-manager's pod garbage collector"
 	}
 	return ""
+}
+
+// nodeOf is the Node object pod is bound to, nil when the snapshot has
+// none.
+func (p *planner) nodeOf(pod *corev1.Pod) *corev1.Node {
+	if ns := p.idx.notReady[pod.Spec.NodeName]; ns != nil {
+		return ns.node
+	}
+	return nil
 }

@@ -258,6 +258,9 @@ type planner struct {
 	// when a stall ends is judged only this long after the end.
 	leases liveness.LeasePlane
 	grace  time.Duration
+	// deleteRecords are rebound's own records of its deletes
+	// (DeleteRecords), read once when a pass meets a Terminating pod.
+	deleteRecords []DeleteRecord
 }
 
 // PlanFor decides, from a snapshot, which critical pods are stranded and
