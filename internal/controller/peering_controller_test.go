@@ -268,8 +268,9 @@ func TestPeeringPublishesOneDocumentAndFreezes(t *testing.T) {
 	if d := doc(); d.Frozen || len(d.Peers) != 3 || d.Peers[2].Reason != "InGracePeriod" {
 		t.Fatalf("after the stop switch: want c kept in its grace: %+v", d)
 	}
-	// Past that grace, c, NotReady and alone leaving (1 of 3), leaves.
-	clk.Step(41 * time.Second)
+	// Past that grace (the node grace period after a stall, 50 s), c,
+	// NotReady and alone leaving (1 of 3), leaves.
+	clk.Step(51 * time.Second)
 	run()
 	if d := doc(); d.Generation == gen || d.Frozen || len(d.Peers) != 2 {
 		t.Fatalf("after the stop switch and the grace: %+v", d)

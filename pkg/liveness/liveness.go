@@ -114,6 +114,9 @@ type NodeVerdict struct {
 	// LeaseStaleAt is when the Lease goes (or went) stale without a new
 	// renewal: LeaseRenewSeen plus the renew interval and the margin.
 	LeaseStaleAt time.Time `json:"leaseStaleAt,omitzero"`
+	// LeaseFirstSight: LeaseRenewSeen is rebound's first sight of the
+	// Lease (a restart), no renewal it watched (Lease.FirstSight).
+	LeaseFirstSight bool `json:"leaseFirstSight,omitempty"`
 	// The gossip plane: how many agents watch the node on the gossip ring
 	// and how many of them, by their own direct probes, say it is dead
 	// or alive.

@@ -231,7 +231,9 @@ func (t *LeaseTracker) Observe(node string, renewTime time.Time, duration time.D
 	}
 	s, ok := t.leases[node]
 	if !ok || !s.renewTime.Equal(renewTime) {
-		s = leaseSeen{renewTime: renewTime, lease: Lease{RenewSeen: now}}
+		// A first sight is no renewal watched: a restarted process must
+		// not take every Lease for fresh (FirstSight).
+		s = leaseSeen{renewTime: renewTime, lease: Lease{RenewSeen: now, FirstSight: !ok}}
 	}
 	// The kubelet renews at a fixed quarter of the duration
 	// (NodeLeaseRenewIntervalFraction); an unset duration says nothing.

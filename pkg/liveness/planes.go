@@ -30,6 +30,13 @@ type Lease struct {
 	// RenewInterval is how often the kubelet renews it: a quarter of
 	// spec.leaseDurationSeconds, the kubelet's fixed fraction.
 	RenewInterval time.Duration
+	// FirstSight: RenewSeen is this process's first sight of the Lease,
+	// not a renewal it watched. Staleness counts from it (nothing looks
+	// dead before a whole renew interval of watching), but freshness
+	// does not: after a restart a Lease is fresh only once it is seen
+	// renewing, so that a node cut off with the rest is no target in the
+	// moments before its first-sight Lease goes stale.
+	FirstSight bool
 }
 
 // StaleAt is when the Lease plane calls the node gone if no renewal is
@@ -197,8 +204,10 @@ func (p *planes) lease(name string, v *NodeVerdict) (staleAt time.Time, known bo
 	if staleAt.IsZero() {
 		return time.Time{}, false
 	}
-	v.LeaseRenewSeen, v.LeaseStaleAt = l.RenewSeen, staleAt
-	v.LeaseStale = p.now.After(staleAt)
+	v.LeaseRenewSeen, v.LeaseStaleAt, v.LeaseFirstSight = l.RenewSeen, staleAt, l.FirstSight
+	// Stale from the moment itself: a clock started then must not find
+	// the Lease still fresh.
+	v.LeaseStale = !p.now.Before(staleAt)
 	return staleAt, true
 }
 

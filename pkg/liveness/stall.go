@@ -25,9 +25,17 @@ type LeasePlane struct {
 }
 
 // LeasePlane counts the Lease plane over every node of the assessment.
-func (a Assessment) LeasePlane() LeasePlane {
+func (a Assessment) LeasePlane() LeasePlane { return LeasePlaneOf(a.Nodes, nil) }
+
+// LeasePlaneOf counts the Lease plane over the verdicts of the nodes keep
+// accepts (every verdict when keep is nil): a verdict of a node the
+// caller does not hold must not end a stall.
+func LeasePlaneOf(verdicts map[string]NodeVerdict, keep func(node string) bool) LeasePlane {
 	var p LeasePlane
-	for _, v := range a.Nodes {
+	for name, v := range verdicts {
+		if keep != nil && !keep(name) {
+			continue
+		}
 		if v.LeaseStaleAt.IsZero() {
 			continue
 		}
@@ -52,7 +60,15 @@ func (a Assessment) LeasePlane() LeasePlane {
 // Ready node).
 func (p LeasePlane) Stalled() bool { return p.Known > 0 && p.Stale == p.Known }
 
-// LeaseFresh reports whether rebound saw the node's Lease renew within
+// LeaseFresh reports whether rebound watched the node's Lease renew within
 // its renew interval plus the margin: its kubelet reaches the API now,
-// whatever its Ready flag says this millisecond.
-func (v NodeVerdict) LeaseFresh() bool { return !v.LeaseStaleAt.IsZero() && !v.LeaseStale }
+// whatever its Ready flag says this millisecond. A first sight is not
+// enough.
+func (v NodeVerdict) LeaseFresh() bool {
+	return !v.LeaseStaleAt.IsZero() && !v.LeaseStale && !v.LeaseFirstSight
+}
+
+// LeaseUnconfirmed reports whether the node has a Lease plane that does
+// not show its kubelet reaching the API now: stale, or only seen once
+// since this process started.
+func (v NodeVerdict) LeaseUnconfirmed() bool { return !v.LeaseStaleAt.IsZero() && !v.LeaseFresh() }

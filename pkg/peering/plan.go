@@ -152,6 +152,12 @@ type assessment struct {
 func (p planFacts) assess(thawedAt time.Time) assessment {
 	a := assessment{decisions: make([]decision, len(p.nodes)), allNotReady: len(p.nodes) > 0, leases: p.lv.LeasePlane()}
 	restart := latestOf(thawedAt, p.firstReturn)
+	if settle := p.cfg.NodeGracePeriod - p.cfg.PruneGracePeriod; !restart.IsZero() && settle > 0 {
+		// After a stall every node gets the node grace period again
+		// before it may leave: its streak counts from the end plus what
+		// the node grace exceeds the prune grace by.
+		restart = restart.Add(settle)
+	}
 	for i, n := range p.nodes {
 		prev, known := p.prev.Nodes[n.Name]
 		wasIn := wasMember(n, p.prev)

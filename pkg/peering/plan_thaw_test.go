@@ -8,9 +8,10 @@ import (
 
 // TestPlanPartitionHealsNodeByNode: every node goes NotReady at once (the
 // set freezes), then the partition heals node by node. The nodes still
-// NotReady when the freeze ends get a whole grace period from the thaw:
-// without it the first three nodes back would prune the last two a moment
-// before they return (found by TestS7ControlPlanePartitionPeering).
+// NotReady when the freeze ends get a whole node grace period from the
+// thaw (kube-controller-manager's, longer than the prune grace): without
+// it the first three nodes back would prune the last two a moment before
+// they return (found by TestS7ControlPlanePartitionPeering).
 func TestPlanPartitionHealsNodeByNode(t *testing.T) {
 	cfg := Config{PruneGracePeriod: 40 * time.Second}
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -41,13 +42,19 @@ func TestPlanPartitionHealsNodeByNode(t *testing.T) {
 	if res.Frozen || len(res.Peers) != 5 || len(res.Changes) != 0 || res.State.ThawedAt != thaw || !res.State.FrozenSince.IsZero() {
 		t.Fatalf("thaw: frozen=%v, peers %v, changes %v, thawedAt %v; want 5 peers, no change, thawed at %v", res.Frozen, res.PeerNames(), changeNames(res.Changes), res.State.ThawedAt, thaw)
 	}
-	if want := thaw.Add(cfg.PruneGracePeriod); res.NextCheck != want {
-		t.Errorf("next check %v, want the end of the fresh grace %v", res.NextCheck, want)
+	nodeGrace := cfg.WithDefaults().NodeGracePeriod
+	if want := thaw.Add(nodeGrace); res.NextCheck != want {
+		t.Errorf("next check %v, want the end of the fresh node grace %v", res.NextCheck, want)
 	}
 	checkIdempotent(t, Input{Nodes: nodes, State: res.State, Config: cfg}, thaw, res)
 
-	// Still NotReady a whole grace after the thaw: now they leave.
-	later := thaw.Add(cfg.PruneGracePeriod + time.Second)
+	// A prune grace after the thaw, within the node grace: still in.
+	res = Plan(Input{Nodes: nodes, State: res.State, Config: cfg}, thaw.Add(cfg.PruneGracePeriod+time.Second))
+	if len(res.Peers) != 5 {
+		t.Errorf("a prune grace after the thaw, within the node grace: peers %v, want all 5", res.PeerNames())
+	}
+	// Still NotReady a whole node grace after the thaw: now they leave.
+	later := thaw.Add(nodeGrace + time.Second)
 	res = Plan(Input{Nodes: nodes, State: res.State, Config: cfg}, later)
 	if got := fmt.Sprint(res.PeerNames()); got != "[node-0 node-1 node-2]" {
 		t.Errorf("a grace after the thaw: peers %s, want [node-0 node-1 node-2]", got)
@@ -79,10 +86,11 @@ func TestPlanUnseenPartitionHeals(t *testing.T) {
 	if len(res.Peers) != 5 || len(res.Changes) != 0 || res.Frozen {
 		t.Fatalf("10 s after the first return: peers %v, changes %v, frozen %v; want all 5 kept in their grace", res.PeerNames(), changeNames(res.Changes), res.Frozen)
 	}
-	if want := returned.Add(cfg.PruneGracePeriod); res.NextCheck != want {
-		t.Errorf("next check %v, want the end of the grace counted from the first return %v", res.NextCheck, want)
+	nodeGrace := cfg.WithDefaults().NodeGracePeriod
+	if want := returned.Add(nodeGrace); res.NextCheck != want {
+		t.Errorf("next check %v, want the end of the node grace counted from the first return %v", res.NextCheck, want)
 	}
-	res = Plan(Input{Nodes: nodes, State: res.State, Config: cfg}, returned.Add(cfg.PruneGracePeriod+time.Second))
+	res = Plan(Input{Nodes: nodes, State: res.State, Config: cfg}, returned.Add(nodeGrace+time.Second))
 	if got := fmt.Sprint(res.PeerNames()); got != "[node-0 node-1 node-2]" {
 		t.Errorf("a grace after the first return: peers %s, want [node-0 node-1 node-2]", got)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"rebound/pkg/liveness"
+	"rebound/pkg/zone"
 )
 
 // LabelKeepInMesh is the per-node opt-out: a node labelled
@@ -79,6 +80,13 @@ type Config struct {
 	// rule. Zero means DefaultMaxPruneGracePeriod; a value below
 	// PruneGracePeriod is raised to it.
 	MaxPruneGracePeriod time.Duration `json:"maxPruneGracePeriod,omitempty"`
+	// NodeGracePeriod is kube-controller-manager's
+	// --node-monitor-grace-period: after a stall (every node NotReady, or
+	// no Lease renewing) a node not back yet leaves no earlier than this
+	// long after the stall's end, as upstream gives every node its grace
+	// again then, however short the prune grace period. Zero means
+	// zone.DefaultNodeMonitorGracePeriod.
+	NodeGracePeriod time.Duration `json:"nodeGracePeriod,omitempty"`
 	// MaxLeaveShare, in (0, 1]: when more than this share of the members
 	// would leave in one step (not counting those whose peers report them
 	// down), nobody leaves and the set is frozen. Zero means
@@ -108,6 +116,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxLeaveShare <= 0 {
 		c.MaxLeaveShare = DefaultMaxLeaveShare
+	}
+	if c.NodeGracePeriod <= 0 {
+		c.NodeGracePeriod = zone.DefaultNodeMonitorGracePeriod
 	}
 	c.Evidence = c.Evidence.WithDefaults()
 	return c

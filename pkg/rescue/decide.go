@@ -138,8 +138,9 @@ type Action struct {
 	// executor re-reads the Lease and refuses the delete if it names
 	// another time, since a renewal after the plan means the kubelet
 	// reaches the API again, whatever the Ready flag says yet. Only
-	// compared, never used as a time (the kubelet's clock wrote it). nil:
-	// the caller read no Lease.
+	// compared, never used as a time (the kubelet's clock wrote it). Zero:
+	// the caller read the Leases and found none for the node (one found
+	// now refuses the delete). nil: the caller read no Leases.
 	LeaseRenewTime *time.Time
 	// DryRun: the policy is in dry run; log the action, change nothing.
 	DryRun bool
@@ -424,7 +425,10 @@ func (p *planner) propose(i int, pod *corev1.Pod, rule *policyRule, starts bool,
 		// The deletes' re-check; a scale bounce needs no node, and comes
 		// only for a Deployment with no replica available.
 		a.TwoPlane = n.twoPlaneFor(rule)
-		if renew, ok := p.snap.LeaseRenewTimes[cp.Node]; ok && a.TwoPlane == nil {
+		if p.snap.LeaseRenewTimes != nil && a.TwoPlane == nil {
+			// The caller read the Leases: the one it read for the node, or
+			// none (zero), is what the executor compares.
+			renew := p.snap.LeaseRenewTimes[cp.Node]
 			a.LeaseRenewTime = &renew
 		}
 	}

@@ -275,17 +275,28 @@ func PlanFor(s Snapshot) Plan {
 	}
 	p.grace = cfg.NodeMonitorGracePeriod
 	infos, notReady, readyNodes := indexNodes(s.Nodes, s.Verdicts, s.LeaseRenewTimes)
+	readyNames := make(map[string]bool, len(infos))
+	for _, n := range infos {
+		readyNames[n.Name] = true
+	}
 	p.totalNodes = len(infos)
 	p.readyNodes = readyNodes
-	p.leases = liveness.Assessment{Nodes: s.Verdicts}.LeasePlane()
+	p.leases = liveness.LeasePlaneOf(s.Verdicts, func(node string) bool { return notReady[node] != nil || readyNames[node] })
 	stalled := p.totalNodes > 0 && p.leases.Stalled()
 	p.disruption = Disruption{
 		Active:     p.totalNodes > 0 && (p.readyNodes == 0 || stalled),
 		LeaseStall: stalled,
+		StartedAt:  s.PreviousDisruption.StartedAt,
 		EndedAt:    s.PreviousDisruption.EndedAt,
 	}
-	if s.PreviousDisruption.Active && !p.disruption.Active {
+	switch prev := s.PreviousDisruption; {
+	case prev.Active && !p.disruption.Active:
 		p.disruption.EndedAt = s.Now
+	case !prev.Active && p.disruption.Active && !prev.EndedAt.IsZero() && s.Now.Sub(prev.EndedAt) < p.grace:
+		// Back within a node grace period of the last one's end: the
+		// same stall, flapping; the nodes it caught stay caught.
+	case !prev.Active && p.disruption.Active:
+		p.disruption.StartedAt = stallStart(notReady, p.readyNodes == 0, p.leases, s.Verdicts, s.Now)
 	}
 	p.firstReturn = zone.FullDisruptionEnd(s.Nodes, kubestatus.NodeReadySince)
 	p.zones = zone.Advance(s.PreviousZones, infos, cfg)
@@ -347,18 +358,68 @@ func PlanFor(s Snapshot) Plan {
 // it look old), still no earlier than the node grace period after a stall.
 func (p *planner) clockStart(node *nodeState, rule *policyRule) time.Time {
 	if tp := node.twoPlaneFor(rule); tp != nil {
-		return latest(tp.DetectedAt, p.settled(p.disruption.EndedAt), p.settled(p.firstReturn))
+		return latest(tp.DetectedAt, p.stallSettled(node), p.returnSettled(node))
 	}
-	return latest(node.since, node.observed, node.leaseStaleAt, p.settled(p.disruption.EndedAt), p.settled(p.firstReturn))
+	return latest(node.since, node.observed, node.leaseStaleAt, p.stallSettled(node), p.returnSettled(node))
 }
 
-// settled is the node grace period after the end of a stall; zero for no
-// stall.
-func (p *planner) settled(end time.Time) time.Time {
-	if end.IsZero() {
-		return end
+// stallStart is when the stall a plan sees for the first time began, as
+// the snapshot records it: the last node's NotReady transition when no
+// node is Ready, the last Lease going stale when none renews (the earlier
+// of the two when both), never after now. A planner's first sight of a
+// stall may come long after its start (no event starts a pass when the
+// Leases go stale; a restarted controller).
+func stallStart(notReady map[string]*nodeState, noneReady bool, leases liveness.LeasePlane, verdicts map[string]liveness.NodeVerdict, now time.Time) time.Time {
+	start := now
+	if noneReady {
+		var last time.Time
+		for _, n := range notReady {
+			last = latest(last, n.since)
+		}
+		if !last.IsZero() && last.Before(start) {
+			start = last
+		}
 	}
-	return end.Add(p.grace)
+	if leases.Stalled() {
+		var last time.Time
+		for _, v := range verdicts {
+			if v.LeaseStale {
+				last = latest(last, v.LeaseStaleAt)
+			}
+		}
+		if !last.IsZero() && last.Before(start) {
+			start = last
+		}
+	}
+	return start
+}
+
+// stallSettled is the node grace period after the end of the last stall
+// this planner saw, for a node that went NotReady in it (or within a node
+// grace period before it began, as the Ready flags flip one after another
+// before every Lease is stale without the Lease plane); zero otherwise. A
+// node NotReady long before a short stall (an API blip that flipped no
+// other flag) keeps its own clock: kube-controller-manager never left
+// full disruption for it, and a blip must not push its rescue back.
+func (p *planner) stallSettled(node *nodeState) time.Time {
+	d := p.disruption
+	if d.EndedAt.IsZero() || (!d.StartedAt.IsZero() && !node.early && node.since.Before(d.StartedAt.Add(-p.grace))) {
+		return time.Time{}
+	}
+	return d.EndedAt.Add(p.grace)
+}
+
+// returnSettled is the node grace period after the first return of the
+// nodes Ready now, when every one of them returned after this node went
+// NotReady (a full disruption this planner never saw may have ended
+// then); zero otherwise.
+func (p *planner) returnSettled(node *nodeState) time.Time {
+	// A return in the future is a kubelet's clock ahead (it writes its
+	// own Ready transition): it says nothing of when a stall ended.
+	if p.firstReturn.IsZero() || p.firstReturn.After(p.now) || (!node.early && !p.firstReturn.After(node.since)) {
+		return time.Time{}
+	}
+	return p.firstReturn.Add(p.grace)
 }
 
 // twoPlaneFor is the node's two-plane check when rule counts on it; nil
@@ -385,7 +446,7 @@ func (p *planner) clockRestartNote(node *nodeState, rule *policyRule) string {
 		return fmt.Sprintf(" (the clock counts from %s, when its Lease went stale on rebound's clock: it was seen renewing after the NotReady transition)", formatTime(start))
 	case start.Equal(node.observed):
 		return fmt.Sprintf(" (the clock counts from %s, when rebound first saw the node NotReady: the transition time is written by the node or by an earlier controller, and rebound counts only on its own clock)", formatTime(start))
-	case start.Equal(p.settled(p.disruption.EndedAt)):
+	case start.Equal(p.stallSettled(node)):
 		return fmt.Sprintf(" (the clock restarted at %s, the node grace period %s after a stall ended at %s (every node NotReady, or no Lease renewing), as kube-controller-manager resets its nodes' probe times: the nodes coming back one after another are not judged before)", formatTime(start), p.grace, formatTime(p.disruption.EndedAt))
 	default:
 		return fmt.Sprintf(" (the clock restarted at %s, the node grace period %s after the first node Ready now returned at %s: every node Ready now was NotReady after this one went NotReady, so a full disruption may have ended then)", formatTime(start), p.grace, formatTime(p.firstReturn))

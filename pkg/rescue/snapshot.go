@@ -110,6 +110,9 @@ type Disruption struct {
 	// LeaseStall: every Lease rebound knows was stale (the Lease plane
 	// sees a stall before the Ready flags catch up).
 	LeaseStall bool
+	// StartedAt is when the last stall began (the first plan that saw it):
+	// its end restarts the clocks of the nodes that went NotReady in it.
+	StartedAt time.Time
 	// EndedAt is when the last full disruption ended (the first plan
 	// that saw a Ready node again); zero if none was seen.
 	EndedAt time.Time

@@ -185,7 +185,7 @@ func TestStallEdges(t *testing.T) {
 				return s15(at(61*time.Second), nodes("node-1", "node-2", "node-3", "node-4", "node-5"), seen)
 			},
 			decisions: map[string]Decision{coredns: DecisionNoTarget},
-			reasons:   map[string]string{coredns: "Ready in the API but its Lease stale on rebound's clock: 1 node(s)"},
+			reasons:   map[string]string{coredns: "Ready in the API but its Lease stale on rebound's clock, or not yet seen renewing since rebound started: 1 node(s)"},
 			nextCheck: at(61*time.Second + noTargetRecheck),
 		},
 		{

@@ -229,7 +229,7 @@ func (t *targetIndex) build(s *Snapshot, notReady map[string]*nodeState) {
 			continue
 		}
 		t.nodeLabels[n.Name] = n.Labels
-		if notReady[n.Name] == nil && !unreachable.DeadEarly(n, s.Verdicts[n.Name]) && !s.Verdicts[n.Name].LeaseStale {
+		if notReady[n.Name] == nil && !unreachable.DeadEarly(n, s.Verdicts[n.Name]) && !s.Verdicts[n.Name].LeaseUnconfirmed() {
 			t.ready = append(t.ready, n)
 			t.rooms[n.Name] = &room{node: n, used: corev1.ResourceList{}}
 		}
@@ -973,7 +973,7 @@ func (p *planner) downCounts() (c downCount) {
 			c.notReady++
 		case p.idx.notReady[n.Name] != nil, unreachable.DeadEarly(n, p.snap.Verdicts[n.Name]):
 			c.dead++
-		case p.snap.Verdicts[n.Name].LeaseStale:
+		case p.snap.Verdicts[n.Name].LeaseUnconfirmed():
 			c.leaseStale++
 		}
 	}
@@ -1015,7 +1015,7 @@ func summarizeRejections(rejected []rejection, down downCount) string {
 		parts = append(parts, fmt.Sprintf("Ready in the API but dead on both planes: %d node(s)", down.dead))
 	}
 	if down.leaseStale > 0 {
-		parts = append(parts, fmt.Sprintf("Ready in the API but its Lease stale on rebound's clock: %d node(s)", down.leaseStale))
+		parts = append(parts, fmt.Sprintf("Ready in the API but its Lease stale on rebound's clock, or not yet seen renewing since rebound started: %d node(s)", down.leaseStale))
 	}
 	if len(parts) == 0 {
 		return "the cluster has no node"

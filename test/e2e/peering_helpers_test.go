@@ -33,7 +33,7 @@ import (
 func startPeeringController(t *testing.T, c *sandbox.Cluster, opts controller.PeeringOptions) types.NamespacedName {
 	t.Helper()
 	setCtrlLogger.Do(func() { ctrl.SetLogger(logr.Discard()) })
-	p, err := scenario.StartPeeringController(context.Background(), c.Config, opts, testLogWriter(t))
+	p, err := scenario.StartPeeringController(context.Background(), c, opts, testLogWriter(t))
 	if err != nil {
 		t.Fatal(err)
 	}

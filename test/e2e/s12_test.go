@@ -77,7 +77,7 @@ func TestS12ControllerDown(t *testing.T) {
 		State:  controllerState("rebound-peering-s12"),
 		Calico: &calico.PeerOptions{},
 	}
-	ctrl, err := scenario.StartPeeringController(context.Background(), c.Config, opts, testLogWriter(t))
+	ctrl, err := scenario.StartPeeringController(context.Background(), c, opts, testLogWriter(t))
 	must(t, err)
 	t.Cleanup(func() { _ = ctrl.Stop() })
 

@@ -103,6 +103,8 @@ upstream eviction.`,
 				debug.SetGCPercent(controllerGCPercent)
 			}
 			namespace := kube.Namespace(DefaultNamespace)
+			// The peering planner gives nodes the same grace after a stall.
+			peeringOpts.Config.NodeGracePeriod = recOpts.ZoneConfig.WithDefaults().NodeMonitorGracePeriod
 			if err := errors.Join(recOpts.ZoneConfig.Validate(), cli.ValidateDetection(peeringOpts.Config.Evidence)); err != nil {
 				return err
 			}

@@ -69,8 +69,13 @@ func (p *PeeringController) Stop() error {
 // namespace if missing and starts a manager with the peering reconciler.
 // Unless opts names one, the set is published in ConfigMap
 // <state name>-set, so that several controllers can share a sandbox.
-// logs receives the manager's log.
-func StartPeeringController(ctx context.Context, cfg *rest.Config, opts controller.PeeringOptions, logs io.Writer) (*PeeringController, error) {
+// logs receives the manager's log. The planner's node grace period is the
+// sandbox's, as `rebound controller --node-monitor-grace-period` sets it.
+func StartPeeringController(ctx context.Context, c *sandbox.Cluster, opts controller.PeeringOptions, logs io.Writer) (*PeeringController, error) {
+	cfg := c.Config
+	if opts.Config.NodeGracePeriod == 0 {
+		opts.Config.NodeGracePeriod = c.Timings.NodeMonitorGracePeriod
+	}
 	ns := opts.State.Namespace
 	if ns == "" {
 		ns = controller.DefaultPeeringNamespace

@@ -129,7 +129,7 @@ func S11OneReporter(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts 
 	}
 	sets := make([]types.NamespacedName, len(lanes))
 	for i, lane := range lanes {
-		pc, err := StartPeeringController(ctx, c.Config, controller.PeeringOptions{
+		pc, err := StartPeeringController(ctx, c, controller.PeeringOptions{
 			Name:         "peering-s11-" + laneName[i],
 			NodeSelector: labels.SelectorFromSet(labels.Set{laneLabel: laneName[i]}),
 			Config:       peering.Config{PruneGracePeriod: opts.PruneGrace, Evidence: peering.EvidenceOptions{ReportMaxAge: opts.ReportMaxAge}},

@@ -233,7 +233,7 @@ func (s *S4OnSandbox) reboundHooks(c *sandbox.Cluster, tl *Timeline) S4Hooks {
 					return err
 				}
 			}
-			ctl, err := StartPeeringController(ctx, c.Config, controller.PeeringOptions{
+			ctl, err := StartPeeringController(ctx, c, controller.PeeringOptions{
 				Name:         "peering-s4-" + s.opts.Name,
 				NodeSelector: labels.SelectorFromSet(labels.Set{S4LaneLabel: s.opts.Name}),
 				Config:       peering.Config{PruneGracePeriod: S4PruneGrace, Evidence: peering.EvidenceOptions{ReportMaxAge: S4ReportMaxAge}},

@@ -107,7 +107,7 @@ func S7ControlPlanePartitionPeering(ctx context.Context, c *sandbox.Cluster, opt
 	}
 	defer lab.Close()
 	set := types.NamespacedName{Namespace: peering.DefaultPeerSetNamespace, Name: peering.DefaultPeerSetName}
-	pc, err := StartPeeringController(ctx, c.Config, controller.PeeringOptions{
+	pc, err := StartPeeringController(ctx, c, controller.PeeringOptions{
 		Name:    "peering-s7",
 		Config:  peering.Config{PruneGracePeriod: opts.PruneGrace, Evidence: peering.EvidenceOptions{ReportMaxAge: opts.ReportMaxAge}},
 		PeerSet: set,

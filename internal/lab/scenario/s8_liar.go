@@ -92,7 +92,7 @@ func S8LyingAgent(ctx context.Context, c *sandbox.Cluster, opts S8LiarOptions) (
 			return res, err
 		}
 	}
-	pc, err := StartPeeringController(ctx, c.Config, controller.PeeringOptions{
+	pc, err := StartPeeringController(ctx, c, controller.PeeringOptions{
 		Name:   "peering-s8-liar",
 		Config: peering.Config{PruneGracePeriod: opts.PruneGrace, Evidence: peering.EvidenceOptions{ReportMaxAge: opts.ReportMaxAge}},
 		State:  types.NamespacedName{Namespace: controller.DefaultPeeringNamespace, Name: "rebound-peering-s8"},

@@ -125,6 +125,9 @@ func (e *Executor) nodeStillDown(ctx context.Context, a rescue.Action, force boo
 	switch {
 	case apierrors.IsNotFound(err) && force:
 		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s is gone from the API; the pod garbage collector removes its pods", a.Node)}, false
+	case apierrors.IsNotFound(err) && a.LeaseRenewTime != nil:
+		// The Node is gone but its kubelet may still renew its Lease.
+		return e.leaseUnchanged(ctx, a, *a.LeaseRenewTime, what)
 	case apierrors.IsNotFound(err):
 		return Outcome{}, true
 	case err != nil:
@@ -160,6 +163,9 @@ func (e *Executor) nodeStillDown(ctx context.Context, a rescue.Action, force boo
 func (e *Executor) leaseUnchanged(ctx context.Context, a rescue.Action, planned time.Time, what string) (Outcome, bool) {
 	l, err := e.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, a.Node, metav1.GetOptions{})
 	switch {
+	case apierrors.IsNotFound(err) && planned.IsZero():
+		// The plan found no Lease either.
+		return Outcome{}, true
 	case apierrors.IsNotFound(err):
 		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("the Lease of node %s that the plan read is gone from %s: not deleting", a.Node, corev1.NamespaceNodeLease)}, false
 	case err != nil:

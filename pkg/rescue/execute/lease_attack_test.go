@@ -42,13 +42,17 @@ func TestDeleteLeaseAttack(t *testing.T) {
 		detail      string
 	}{
 		{
-			// DEFECT (scope). The plan's cache had no Lease for node-3 (a
+			// Was a defect (scope). The plan's cache had no Lease for node-3 (a
 			// Lease informer not synced after a restart, or a Lease created
 			// after the list), so the action carries no renewTime and the
 			// executor reads no Lease; the API has one renewed just now:
 			// the kubelet reaches the API, and the pod is deleted anyway.
-			name:   "plan read no Lease, the API has one renewed since: deleted",
-			action: func() rescue.Action { return base },
+			name: "plan read no Lease, the API has one renewed since: refused",
+			action: func() rescue.Action {
+				a := base
+				a.LeaseRenewTime = &time.Time{} // the caller read the Leases, none for node-3
+				return a
+			},
 			objs:   []runtime.Object{testNode(false), lease(&renewed)},
 			want:   rescue.ResultRefused,
 			detail: "renewed",
@@ -88,14 +92,14 @@ func TestDeleteLeaseAttack(t *testing.T) {
 			detail:      "re-read the Lease",
 		},
 		{
-			// DEFECT (claim: "every delete re-reads the node's Lease when
+			// Was a defect (claim: "every delete re-reads the node's Lease when
 			// the plan read one"). The Node object is gone from the API
 			// (deleted by hand or by a cloud controller) but its kubelet
 			// renews the Lease: a graceful delete skips the Lease re-read.
 			// Upstream's pod GC would force-delete there after its
 			// quarantine, so this is a broken claim, not worse than
 			// upstream.
-			name: "node gone from the API, its Lease renewed since the plan: deleted without a Lease re-read",
+			name: "node gone from the API, its Lease renewed since the plan: refused",
 			action: func() rescue.Action {
 				a := base
 				a.LeaseRenewTime = &planned
