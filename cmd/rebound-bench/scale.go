@@ -33,6 +33,7 @@ func runScale(ctx context.Context, args []string) error {
 		policies    = fs.Int("policies", 20, "RecoveryPolicies (and namespaces) the critical pods are spread over (1 puts all of them under one policy's maxActionsPerMinute)")
 		steady      = fs.Duration("steady", time.Minute, "how long the idle controller is watched")
 		peeringOn   = fs.Bool("peering", true, "also measure the peering controller and one agent's API traffic with every node reporting")
+		leasePlane  = fs.Bool("lease-plane", true, "run the controller with --lease-plane (the Lease informer, and the Lease plane in every rescue)")
 		fast        = fs.Bool("fast", false, "use the tests' short timings (lease 8s, grace 12s) instead of upstream's (40s, 50s); heavier on the apiserver")
 		bin         = fs.String("rebound", "", "the rebound binary to run as the controller (default: built from this checkout)")
 		output      = fs.String("o", "text", "output: text (table and METRIC lines) or json")
@@ -98,7 +99,7 @@ Flags:
 
 	var results []scale.Result
 	for _, n := range sizes {
-		o := scale.Options{Nodes: n, Victims: *victims, CriticalPods: *critical, Policies: *policies, Peering: *peeringOn, PodsPerNode: *podsPerNode, Steady: *steady, ReboundBin: *bin, Progress: os.Stderr}
+		o := scale.Options{Nodes: n, Victims: *victims, CriticalPods: *critical, Policies: *policies, Peering: *peeringOn, LeasePlane: *leasePlane, PodsPerNode: *podsPerNode, Steady: *steady, ReboundBin: *bin, Progress: os.Stderr}
 		fmt.Fprintf(os.Stderr, "scale: %d nodes\n", n)
 		res, err := measureSize(ctx, bins, filepath.Join(tmp, strconv.Itoa(n)), o, timings)
 		if err != nil {
@@ -142,6 +143,7 @@ func printScaleMetrics(out io.Writer, o scale.Options, r scale.Result) error {
 	w.Config(p+"pods_per_node", float64(o.PodsPerNode), "count")
 	w.Config(p+"critical_pods", float64(o.CriticalPods), "count")
 	w.Config(p+"policies", float64(o.Policies), "count")
+	w.Config(p+"lease_plane", boolCount(o.LeasePlane), "count")
 	w.Count(p+"pods", r.Pods)
 	w.MetricDecimals(p+"populate_seconds", r.Population.Took.Seconds(), 0, "s")
 	w.Metric(p+"controller_rss_steady", r.SteadyRSSMiB, "MiB")
@@ -214,3 +216,11 @@ func total(m map[string]int) int {
 }
 
 func metricName(component string) string { return strings.ReplaceAll(component, "-", "_") }
+
+// boolCount is 1 for true, for a CONFIG line.
+func boolCount(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

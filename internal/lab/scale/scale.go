@@ -66,6 +66,10 @@ type Options struct {
 	// PeeringWindow (default 1m), before the rescue.
 	Peering       bool
 	PeeringWindow time.Duration
+	// LeasePlane runs the controller with --lease-plane (its Lease
+	// informer and its rules at a stall's edges), so that its cost on the
+	// rescue is measured.
+	LeasePlane bool
 	// ReboundBin is the `rebound` binary to run as the controller.
 	ReboundBin string
 	Progress   io.Writer
@@ -206,7 +210,14 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 		return res, err
 	}
 
-	ctl, err := StartController(c, o.ReboundBin, "rebound-controller-scale", "--leader-elect")
+	args := []string{"--leader-elect"}
+	if o.LeasePlane {
+		if err := install.DetectionFor(ctx, cl, "rebound-scale", sandbox.ReboundUser); err != nil {
+			return res, err
+		}
+		args = append(args, "--lease-plane")
+	}
+	ctl, err := StartController(c, o.ReboundBin, "rebound-controller-scale", args...)
 	if err != nil {
 		return res, err
 	}
