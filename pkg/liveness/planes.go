@@ -100,10 +100,21 @@ func sortedRing(node string, members []string) []string {
 	return slices.Compact(ring)
 }
 
+// ringHash places a name on the ring. FNV-1a alone ends with the last
+// byte, so names that differ only in their last character (node-11,
+// node-12; rack-mates) land close together and watch each other: a
+// rack's death would never be judged early. A 64-bit finalizer
+// (splitmix64's) mixes every input bit into every output bit.
 func ringHash(name string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(name))
-	return h.Sum64()
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }
 
 // gossipPlane is one node's gossip votes: its watchers (on the ring of the

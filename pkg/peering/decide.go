@@ -116,8 +116,8 @@ func decideGrace(in nodeRules, s notReadyStreak) decision {
 	}
 	msg := fmt.Sprintf("NotReady for %s, within the %s grace period (%d removals in the last %s)", down, grace, len(removals), cfg.FlapWindow)
 	if s.start != s.own {
-		msg = fmt.Sprintf("NotReady for %s; the %s grace period (%d removals in the last %s) counts from %s, when the set thawed or the first node Ready now returned (every node may have been NotReady until then), and %s of it has passed",
-			now.Sub(s.own), grace, len(removals), cfg.FlapWindow, stamp(s.start), down)
+		msg = fmt.Sprintf("NotReady for %s; it leaves no earlier than %s: the set thawed, or the first node Ready now returned (every node may have been NotReady until then), and from then a node not back gets kube-controller-manager's node grace period %s, and at least the %s prune grace period (%d removals in the last %s)",
+			now.Sub(s.own), stamp(s.start.Add(grace)), cfg.NodeGracePeriod, grace, len(removals), cfg.FlapWindow)
 	}
 	return decision{
 		inSet:       true,
