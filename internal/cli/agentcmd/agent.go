@@ -30,6 +30,7 @@ import (
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
+	"rebound/pkg/unreachable"
 )
 
 // NewCommand returns `agent`.
@@ -117,6 +118,18 @@ on the host network, give one of them another port.
 --gossip-only runs only the gossip member and its writer: no BIRD, no peer
 set, and none of the BIRD flags is needed (a Calico cluster, or BIRD run by
 something else).
+
+A gossiping agent also takes rebound's taint rebound.dev/unreachable:NoSchedule
+off its own node when no controller does (the controller scaled to 0,
+crashlooping or uninstalled): once its node is Ready and it has seen the node's
+Lease renewed with the taint on, and the taint is still there --untaint-after
+later (10 s; on the agent's own clock) with the Lease still renewing. That is
+the controller's own rule (a mark comes off a Ready node that is not dead), so
+the two never disagree.
+It watches its Node and its Lease in kube-node-lease, and its credential may
+make that one change to its own Node and nothing else (deploy/gossip: RBAC and
+a ValidatingAdmissionPolicy on the node name bound into its token).
+--untaint-after=0 turns it off.
 
 Probes on --health-addr (plain HTTP, for the kubelet):
   /readyz  ready when every peer IN THE SET is Established, or the agent has
@@ -251,6 +264,7 @@ them (TokenReview, SubjectAccessReview: ClusterRole rebound-metrics-auth).`,
 	f.StringSliceVar(&opts.Gossip.Join, "gossip-join", nil, "comma-separated members to join through: host:port, or host for --gossip-port; a DNS name, such as the agents' headless Service, stands for the addresses it resolves to, a few of which are tried at random. Retried with backoff until another member answers, and again whenever this one is left alone")
 	f.IntVar(&opts.Gossip.Watchers, "gossip-watchers", liveness.DefaultWatchers, "how many agents watch each member, and so may vote on its death: must match the controller's evidence.watchers, 2.."+strconv.Itoa(liveness.MaxWatchers))
 	f.DurationVar(&opts.Gossip.ProbeInterval, "gossip-probe-interval", gossip.DefaultProbeInterval, "how often each member probes another; a probe times out in half of it. A dead member is voted dead 7 to 12 intervals after its death (3.5 to 6 s at 500ms, measured with 5 to 200 members); raise it only where round trips between nodes approach 100 ms")
+	f.DurationVar(&opts.UntaintAfter, "untaint-after", agent.DefaultUntaintAfter, "with gossip: take rebound's taint "+unreachable.TaintKey+" off this node when it is still there this long after the node's Lease was seen renewing (no controller took it off); 0 turns it off")
 	f.BoolVar(&opts.GossipOnly, "gossip-only", false, "no BIRD: run only the gossip member and its writer (needs --gossip-key-file); the BIRD flags are ignored")
 	f.StringVar(&healthAddr, "health-addr", ":9810", "address of /readyz and /healthz (plain HTTP, for the kubelet); empty disables them")
 	metricsserving.AddFlags(f, &metrics, ":9811")
