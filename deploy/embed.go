@@ -48,3 +48,13 @@ var (
 	//go:embed agent/rejoin/daemonset.yaml
 	RejoinDaemonSet []byte
 )
+
+// The gossip plane's members (deploy/gossip): their ServiceAccount and
+// RBAC, and the ValidatingAdmissionPolicies that confine each to its own
+// node's report and to taking rebound's taint off its own node.
+var (
+	//go:embed gossip/rbac.yaml
+	GossipRBAC []byte
+	//go:embed gossip/admission.yaml
+	GossipAdmission []byte
+)

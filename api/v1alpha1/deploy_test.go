@@ -175,8 +175,10 @@ func TestDeployManifests(t *testing.T) {
 			}
 		case *rbacv1.Role, *rbacv1.RoleBinding:
 			// The one exception: reading the nodes' Leases is granted
-			// where they are, not cluster-wide.
-			if meta.GetNamespace() != systemNamespace && (meta.GetNamespace() != corev1.NamespaceNodeLease || meta.GetName() != "rebound-node-leases") {
+			// where they are, not cluster-wide (the controller's Lease
+			// plane; a gossip member's own node's Lease).
+			leases := meta.GetNamespace() == corev1.NamespaceNodeLease && (meta.GetName() == "rebound-node-leases" || meta.GetName() == "rebound-gossip-node-lease")
+			if meta.GetNamespace() != systemNamespace && !leases {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, systemNamespace)
 			}
 		case *appsv1.Deployment, *policyv1.PodDisruptionBudget:

@@ -11,6 +11,7 @@ import (
 	"rebound/internal/cli/agentcmd"
 	"rebound/internal/cli/controllercmd"
 	"rebound/internal/cli/diagnosecmd"
+	"rebound/internal/cli/untaintcmd"
 	"rebound/pkg/exitcode"
 )
 
@@ -40,6 +41,6 @@ nothing was done). diagnose and restore add their own (see their --help).`,
 	}
 	root.SetFlagErrorFunc(cli.BadFlag)
 	root.AddCommand(labCommands()...)
-	root.AddCommand(cli.NewVersionCommand(), controllercmd.NewCommand(), agentcmd.NewCommand(), newRestoreCommand(), newBackupCommand(), newPolicyCommand(), diagnosecmd.NewCommand())
+	root.AddCommand(cli.NewVersionCommand(), controllercmd.NewCommand(), agentcmd.NewCommand(), newRestoreCommand(), newBackupCommand(), newPolicyCommand(), diagnosecmd.NewCommand(), untaintcmd.NewCommand())
 	return root
 }

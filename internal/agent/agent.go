@@ -26,6 +26,7 @@ import (
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 	"rebound/pkg/peering/kube"
+	"rebound/pkg/unreachable"
 )
 
 // Agent is one node's agent. Create it with New, run it with Run, and
@@ -54,6 +55,9 @@ type Agent struct {
 	starting bool
 	// rejoiner is the whole agent with RejoinOnly (rejoin.go).
 	rejoiner *Rejoiner
+	// untainter runs beside the gossip member (untaint.go); nil without
+	// gossip or with UntaintAfter 0.
+	untainter *Untainter
 	// gossipKey is read once, at New.
 	gossipKey []byte
 
@@ -118,8 +122,34 @@ func New(opts Options) (*Agent, error) {
 			return nil, fmt.Errorf("rebound agent: %w", err)
 		}
 		a.gossipKey = key
+		if opts.UntaintAfter > 0 {
+			a.untainter = NewUntainter(opts)
+		}
 	}
 	return a, nil
+}
+
+// Untainter is the agent's untainter, nil unless it gossips with
+// UntaintAfter set.
+func (a *Agent) Untainter() *Untainter { return a.untainter }
+
+// startUntaint runs the untainter, if any, until ctx ends or stop is
+// called. Where gossip runs rebound's taint can be put on nodes: the
+// agent that helps put it on is the one that takes it off when no
+// controller does.
+func (a *Agent) startUntaint(ctx context.Context) (stop func()) {
+	if a.untainter == nil {
+		return func() {}
+	}
+	uctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.untainter.Run(uctx); err != nil {
+			a.log.Error("the removal of a leftover "+unreachable.TaintKey+" taint does not run", "error", err)
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // Rejoiner is the agent's rejoiner, nil unless RejoinOnly.
@@ -152,6 +182,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 		defer stopGossip()
+		defer a.startUntaint(ctx)()
 	}
 	stop, err := a.watchSet(ctx)
 	if stop != nil {
@@ -182,6 +213,7 @@ func (a *Agent) runGossipOnly(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer a.startUntaint(ctx)()
 	a.setRunning()
 	return m.Run(ctx)
 }

@@ -146,6 +146,11 @@ type Options struct {
 	// GossipOnly runs only the gossip member and its writer
 	// (--gossip-only): no BIRD, no peer set; the BIRD options are ignored.
 	GossipOnly bool
+	// UntaintAfter: a gossiping agent takes rebound's taint
+	// rebound.dev/unreachable off its own node once it has seen the
+	// node's Lease renewed this long ago with the taint still on, when no
+	// controller has (--untaint-after, untaint.go); zero turns it off.
+	UntaintAfter time.Duration
 
 	// Clock is injected for tests; nil means the real clock.
 	Clock clock.WithTicker
@@ -226,6 +231,9 @@ func (o Options) validateGossip() error {
 	}
 	if o.Gossip.ProbeInterval < 0 {
 		add("--gossip-probe-interval %v: must not be negative", o.Gossip.ProbeInterval)
+	}
+	if o.UntaintAfter < 0 {
+		add("--untaint-after %v: must not be negative (0 turns the removal of a leftover %s taint off; default %v)", o.UntaintAfter, "rebound.dev/unreachable", DefaultUntaintAfter)
 	}
 	key, err := gossip.LoadKey(o.Gossip.KeyFile)
 	if err != nil {

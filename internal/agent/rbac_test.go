@@ -20,6 +20,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/yaml"
 
+	"rebound/internal/agent/gossip"
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 )
@@ -69,18 +71,21 @@ func TestAgentRBACMatchesCalls(t *testing.T) {
 		}
 	}
 
-	granted := agentGrants(t)
+	granted := rbacGrants(t, filepath.Join("..", "..", "deploy", "agent", "rbac.yaml"), func(r rbacv1.PolicyRule) bool {
+		return slicesEqual(r.ResourceNames, []string{peering.DefaultPeerSetName})
+	})
 	if !used.Equal(granted) {
 		t.Errorf("deploy/agent/rbac.yaml does not match the agent's calls:\n  granted, never called: %v\n  called, not granted: %v",
 			sets.List(granted.Difference(used)), sets.List(used.Difference(granted)))
 	}
 }
 
-// agentGrants reads deploy/agent/rbac.yaml: the ClusterRole's rules
-// cluster-wide, the Role's in its namespace, in the same form.
-func agentGrants(t *testing.T) sets.Set[string] {
+// rbacGrants reads an RBAC file: the ClusterRole's rules cluster-wide,
+// the Role's in its namespace, in the same form as the calls. roleRule
+// says whether a Role's rule is narrow enough.
+func rbacGrants(t *testing.T, path string, roleRule func(rbacv1.PolicyRule) bool) sets.Set[string] {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "agent", "rbac.yaml"))
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +115,8 @@ func agentGrants(t *testing.T) sets.Set[string] {
 			role.Rules = r.Rules
 		}
 		for _, r := range role.Rules {
-			if head.Kind == "Role" && !slicesEqual(r.ResourceNames, []string{peering.DefaultPeerSetName}) {
-				t.Errorf("Role rule %v: want resourceNames [%s], the one published set", r, peering.DefaultPeerSetName)
+			if head.Kind == "Role" && !roleRule(r) {
+				t.Errorf("%s: Role rule %v is too wide", path, r)
 			}
 			for _, g := range r.APIGroups {
 				for _, res := range r.Resources {
@@ -126,3 +131,37 @@ func agentGrants(t *testing.T) sets.Set[string] {
 }
 
 func slicesEqual(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
+
+// TestGossipRBACMatchesCalls: deploy/gossip/rbac.yaml grants exactly what
+// a gossip member calls: the gossip writer's apply of its report, and the
+// untainter's watches of its Node and Lease and its removal of a leftover
+// taint.
+func TestGossipRBACMatchesCalls(t *testing.T) {
+	h := startUntainter(t, taintedNode("node-a", agentT0), nodeLease("node-a", agentT0.Add(-time.Hour)))
+	h.renewLease("node-a")
+	h.step(10 * time.Second)
+	h.waitFor("the taint off", func() bool { return h.u.Removals() == 1 })
+	dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+	dyn.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, nil })
+	if err := (gossip.APIWriter{Client: dyn, Node: "node-a"}).WriteGossip(context.Background(), liveness.GossipReport{ObservedAt: agentT0}); err != nil {
+		t.Fatal(err)
+	}
+
+	used := sets.New[string]()
+	for _, act := range append(h.cs.Actions(), dyn.Actions()...) {
+		res := act.GetResource()
+		key := func(v string) string { return res.Group + "/" + res.Resource + ":" + v + "@" + act.GetNamespace() }
+		used.Insert(key(act.GetVerb()))
+		if p, ok := act.(k8stesting.PatchAction); ok && p.GetPatchType() == "application/apply-patch+yaml" {
+			used.Insert(key("create"))
+		}
+	}
+	granted := rbacGrants(t, filepath.Join("..", "..", "deploy", "gossip", "rbac.yaml"), func(r rbacv1.PolicyRule) bool {
+		// Reading the node Leases only.
+		return slicesEqual(r.Resources, []string{"leases"}) && slicesEqual(r.Verbs, []string{"list", "watch"})
+	})
+	if !used.Equal(granted) {
+		t.Errorf("deploy/gossip/rbac.yaml does not match a gossip member's calls:\n  granted, never called: %v\n  called, not granted: %v",
+			sets.List(granted.Difference(used)), sets.List(used.Difference(granted)))
+	}
+}

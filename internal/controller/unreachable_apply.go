@@ -67,11 +67,6 @@ type earlyOutcome struct {
 	tainted        bool
 }
 
-// taintPatchAttempts bounds the re-reads of a node whose version moved
-// between the read and the patch (its kubelet or kube-controller-manager
-// wrote it meanwhile).
-const taintPatchAttempts = 3
-
 func (r *UnreachableReconciler) apply(ctx context.Context, a unreachable.Action, now time.Time) earlyOutcome {
 	switch a.Kind {
 	case unreachable.AddTaint, unreachable.RemoveTaint:
@@ -83,51 +78,27 @@ func (r *UnreachableReconciler) apply(ctx context.Context, a unreachable.Action,
 	return earlyOutcome{result: resultFailed, detail: err.Error(), err: err}
 }
 
-// changeTaint re-reads the node from the API and writes its whole taint
-// list back with the version it read: spec.taints has no merge key, so a
-// patch replaces the list, and the resourceVersion in the patch makes the
-// apiserver refuse it if anyone changed the node since (as
-// kube-controller-manager's own taint writes do). Only rebound's taint is
-// added or removed; every other one is written back as read.
+// changeTaint adds or removes rebound's taint through the one writer
+// (unreachable.ChangeTaint: a fresh read, the whole taint list written
+// back with the version read, conflicts retried).
 func (r *UnreachableReconciler) changeTaint(ctx context.Context, a unreachable.Action, now time.Time) earlyOutcome {
-	nodes := r.api.CoreV1().Nodes()
-	for attempt := 1; ; attempt++ {
-		n, err := nodes.Get(ctx, a.Node, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return earlyOutcome{result: resultAlreadyDone, detail: "node gone"}
-		case err != nil:
-			return earlyOutcome{result: resultFailed, detail: err.Error(), err: fmt.Errorf("re-read node %s: %w", a.Node, err), tainted: a.Kind == unreachable.RemoveTaint}
-		case a.NodeUID != "" && n.UID != a.NodeUID:
-			return earlyOutcome{result: resultAlreadyDone, detail: fmt.Sprintf("node %s was recreated since the plan (uid %s, planned %s); re-planned", a.Node, n.UID, a.NodeUID)}
-		}
-		taints, changed := unreachable.WithoutTaint(n.Spec.Taints)
-		if a.Kind == unreachable.AddTaint {
-			taints, changed = unreachable.WithTaint(n.Spec.Taints, metav1.NewTime(now.Truncate(time.Second)))
-		}
-		if !changed {
-			return earlyOutcome{result: resultAlreadyDone, detail: "already so", tainted: a.Kind == unreachable.AddTaint}
-		}
-		patch, err := json.Marshal(map[string]any{
-			"metadata": map[string]any{"resourceVersion": n.ResourceVersion},
-			"spec":     map[string]any{"taints": taints},
-		})
-		if err != nil {
-			return failedEarly(err)
-		}
-		_, err = nodes.Patch(ctx, a.Node, types.MergePatchType, patch, metav1.PatchOptions{})
-		switch {
-		case err == nil:
-			return earlyOutcome{result: resultSucceeded, tainted: a.Kind == unreachable.AddTaint}
-		case apierrors.IsConflict(err) && attempt < taintPatchAttempts:
-			continue
-		case apierrors.IsNotFound(err):
-			return earlyOutcome{result: resultAlreadyDone, detail: "node gone"}
-		default:
-			err = fmt.Errorf("patch the taints of node %s: %w", a.Node, err)
-			return earlyOutcome{result: resultFailed, detail: err.Error(), err: err, tainted: a.Kind == unreachable.RemoveTaint}
-		}
+	var add *metav1.Time
+	if a.Kind == unreachable.AddTaint {
+		t := metav1.NewTime(now.Truncate(time.Second))
+		add = &t
 	}
+	w, err := unreachable.ChangeTaint(ctx, r.api.CoreV1().Nodes(), a.Node, a.NodeUID, add, "")
+	switch w {
+	case unreachable.TaintWritten:
+		return earlyOutcome{result: resultSucceeded, tainted: a.Kind == unreachable.AddTaint}
+	case unreachable.TaintAlreadySo:
+		return earlyOutcome{result: resultAlreadyDone, detail: "already so", tainted: a.Kind == unreachable.AddTaint}
+	case unreachable.TaintNodeGone:
+		return earlyOutcome{result: resultAlreadyDone, detail: "node gone"}
+	case unreachable.TaintNodeRecreated:
+		return earlyOutcome{result: resultAlreadyDone, detail: fmt.Sprintf("node %s was recreated since the plan (planned uid %s); re-planned", a.Node, a.NodeUID)}
+	}
+	return earlyOutcome{result: resultFailed, detail: err.Error(), err: err, tainted: a.Kind == unreachable.RemoveTaint}
 }
 
 // markPod sets the pod's Ready condition False through the status

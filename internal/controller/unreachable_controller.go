@@ -50,7 +50,8 @@ type UnreachableOptions struct {
 	// taint comes off at once. Set them when Liveness reads the reports
 	// and the Lease plane.
 	WatchReports, WatchLeases bool
-	// DryRun plans, logs and reports, changing nothing.
+	// DryRun plans, logs and reports, changing nothing but rebound's own
+	// taint, which comes off as without it (see gate).
 	DryRun bool
 	// StopSwitch: while the ConfigMap exists no node is marked and no pod
 	// marked not ready. rebound's taint still comes off: the switch must
@@ -291,15 +292,16 @@ func (r *UnreachableReconciler) snapshot(ctx context.Context, now time.Time) (un
 }
 
 // gate says why an action is not taken now, or "". Taking rebound's own
-// taint off is gated only by --dry-run: with the stop switch pulled, the
-// cluster must behave as without rebound, and without rebound no node
-// would carry it.
+// taint off is never gated: it is the way back to upstream, and without
+// rebound no node would carry it. With the stop switch pulled the
+// cluster must behave as without rebound; a --dry-run controller never
+// adds the taint, so any it finds was left by an earlier run.
 func (r *UnreachableReconciler) gate(a unreachable.Action, stopped bool, stopErr error) string {
 	switch {
-	case r.opts.DryRun:
-		return "controller runs with --dry-run"
 	case a.Kind == unreachable.RemoveTaint:
 		return ""
+	case r.opts.DryRun:
+		return "controller runs with --dry-run"
 	case stopErr != nil:
 		return "the stop switch cannot be read"
 	case stopped:

@@ -211,37 +211,65 @@ func TestUnreachableMarksThenUnmarks(t *testing.T) {
 	}
 }
 
-// TestUnreachableStopSwitch: with the stop switch pulled nothing is marked,
-// but a taint left from before still comes off (the cluster must be as
-// without rebound); --dry-run changes nothing at all.
-func TestUnreachableStopSwitch(t *testing.T) {
+// TestUnreachableGates: with the stop switch pulled, unreadable, or
+// --dry-run, nothing is marked, and an Event says what would be; but a
+// taint left from before always comes off: taking it off is the way back
+// to upstream, and without rebound no node would carry it.
+func TestUnreachableGates(t *testing.T) {
 	stop := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "rebound-system", Name: DefaultStopSwitch}}
-	world := func(tainted string) []client.Object {
-		objs := unreachableWorld()
-		for _, o := range objs {
-			if n, ok := o.(*corev1.Node); ok && n.Name == tainted {
+	world := func(objs ...client.Object) []client.Object {
+		out := unreachableWorld()
+		for _, o := range out {
+			if n, ok := o.(*corev1.Node); ok && n.Name == "node-1" {
 				n.Spec.Taints, _ = unreachable.WithTaint(n.Spec.Taints, metav1.NewTime(now.Add(-time.Minute)))
 			}
 		}
-		return append(objs, stop)
+		return append(out, objs...)
 	}
-	f := newUnreachableFixture(t, nil, world("node-1"), UnreachableOptions{Plan: unreachable.Options{MarkPodsNotReady: true}})
-	f.pass(t)
-	if unreachable.Tainted(f.node(t, "node-3")) != nil || f.ready(t, "coredns-1").Status != corev1.ConditionTrue {
-		t.Error("marked with the stop switch pulled")
+	for _, tc := range []struct {
+		name       string
+		objs       []client.Object
+		dryRun     bool
+		unreadable bool
+	}{
+		{name: "stop switch pulled", objs: []client.Object{stop}},
+		{name: "stop switch unreadable", unreadable: true},
+		{name: "--dry-run", dryRun: true},
+		{name: "--dry-run and the stop switch", objs: []client.Object{stop}, dryRun: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newUnreachableFixture(t, nil, world(tc.objs...), UnreachableOptions{Plan: unreachable.Options{MarkPodsNotReady: true}, DryRun: tc.dryRun})
+			if tc.unreadable {
+				f.r.reader = failingConfigMaps{f.r.reader}
+			}
+			f.pass(t)
+			if unreachable.Tainted(f.node(t, "node-3")) != nil || f.ready(t, "coredns-1").Status != corev1.ConditionTrue {
+				t.Error("node-3 marked")
+			}
+			if unreachable.Tainted(f.node(t, "node-1")) != nil {
+				t.Error("rebound's taint on a live node kept")
+			}
+			if got, want := f.writes(), []string{"nodes/ node-1"}; !slices.Equal(got, want) {
+				t.Errorf("writes %v, want %v (the taint off, nothing else)", got, want)
+			}
+			// Each says what it would have done, and what it did.
+			want := []string{"Node/node-1 " + reasonUnreachableUntainted, "Node/node-3 " + reasonUnreachableDryRun}
+			if got := f.eventReasons(t); !slices.Equal(got, want) {
+				t.Errorf("events %v, want %v", got, want)
+			}
+		})
 	}
-	if unreachable.Tainted(f.node(t, "node-1")) != nil {
-		t.Error("rebound's taint on a live node kept with the stop switch pulled")
-	}
+}
 
-	f = newUnreachableFixture(t, nil, world("node-1"), UnreachableOptions{Plan: unreachable.Options{MarkPodsNotReady: true}, DryRun: true})
-	f.pass(t)
-	if got := f.writes(); len(got) != 0 {
-		t.Errorf("--dry-run wrote %v", got)
+// failingConfigMaps fails every read of a ConfigMap: the stop switch
+// cannot be read.
+type failingConfigMaps struct{ client.Reader }
+
+func (r failingConfigMaps) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.ConfigMap); ok {
+		return apierrors.NewServiceUnavailable("etcd is away")
 	}
-	if got := f.eventReasons(t); !slices.Contains(got, "Node/node-3 "+reasonUnreachableDryRun) || !slices.Contains(got, "Node/node-1 "+reasonUnreachableDryRun) {
-		t.Errorf("--dry-run does not say what it would do: %v", got)
-	}
+	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
 // TestUnreachableHeld: three of five nodes dead at once: none is marked,

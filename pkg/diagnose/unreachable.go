@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"rebound/pkg/kubestatus"
+	"rebound/pkg/liveness"
 	"rebound/pkg/unreachable"
 )
 
@@ -51,6 +53,9 @@ func (e *explainer) unreachable() []UnreachableNode {
 			u := entry(n.Name)
 			u.Marked, u.Plan = true, "Keep"
 			u.Reason = "dead on both planes: " + e.s.Verdicts[n.Name].Reason
+			if v, ok := e.s.Verdicts[n.Name]; (!ok || v.Verdict != liveness.Dead) && !kubestatus.NodeReady(n) {
+				u.Reason = "NotReady in the API: the mark stays until the node is Ready again, as the record of when its incident began (upstream's own NoSchedule taint keeps new pods off meanwhile)"
+			}
 			if t.TimeAdded != nil {
 				at := t.TimeAdded.UTC()
 				u.Since = &at

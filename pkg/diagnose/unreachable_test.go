@@ -16,10 +16,13 @@ import (
 // TestExplainUnreachable: a node rebound marked and still dead shows with
 // its mark's time and the pods marked not ready; a marked node alive
 // again shows the mark coming off; a node dead on both planes not marked
-// yet shows the mark to come.
+// yet shows the mark to come; a marked node now NotReady whose verdict
+// left Dead shows the mark kept, and why.
 func TestExplainUnreachable(t *testing.T) {
 	w := newWorld(at(20 * time.Second))
-	w.cluster(5)
+	// Six nodes: with node-2 NotReady and node-3 marked, node-4 is the
+	// third out, within half.
+	w.cluster(6)
 	marked, _ := unreachable.WithTaint(nil, metav1.NewTime(at(5*time.Second)))
 	w.nodeNamed("node-3").Spec.Taints = marked
 	old, _ := unreachable.WithTaint(nil, metav1.NewTime(at(-2*time.Minute)))
@@ -28,8 +31,17 @@ func TestExplainUnreachable(t *testing.T) {
 	p.Status.Conditions = []corev1.PodCondition{unreachable.NotReadyCondition("node-3", metav1.NewTime(at(5*time.Second)))}
 	w.pod("kube-system", "coredns-2", "node-3", true, "", "")
 	dead := liveness.NodeVerdict{Verdict: liveness.Dead, Early: true, DetectedAt: at(4 * time.Second), Reason: "Ready in the API, but dead on both planes"}
+	// node-2 was marked, then went NotReady; the verdict left Dead: the
+	// mark stays, dating the incident.
+	n2 := w.nodeNamed("node-2")
+	n2.Spec.Taints = old
+	for i := range n2.Status.Conditions {
+		if n2.Status.Conditions[i].Type == corev1.NodeReady {
+			n2.Status.Conditions[i].Status = corev1.ConditionUnknown
+		}
+	}
 	w.s.Verdicts = map[string]liveness.NodeVerdict{"node-0": {Verdict: liveness.Alive}, "node-1": {Verdict: liveness.Alive, Reason: "Ready in the API"},
-		"node-2": {Verdict: liveness.Alive}, "node-3": dead, "node-4": dead}
+		"node-2": {Verdict: liveness.Unknown, Reason: "NotReady"}, "node-3": dead, "node-4": dead}
 
 	r := w.explain()
 	got := map[string]UnreachableNode{}
@@ -45,8 +57,11 @@ func TestExplainUnreachable(t *testing.T) {
 	if u := got["node-4"]; u.Marked || u.Plan != string(unreachable.AddTaint) {
 		t.Errorf("node-4: %+v", u)
 	}
-	if len(r.Unreachable) != 3 {
-		t.Errorf("unreachable = %+v, want nodes 1, 3 and 4", r.Unreachable)
+	if u := got["node-2"]; !u.Marked || u.Plan != "Keep" || !strings.Contains(u.Reason, "NotReady in the API: the mark stays until the node is Ready again") {
+		t.Errorf("node-2: %+v", u)
+	}
+	if len(r.Unreachable) != 4 {
+		t.Errorf("unreachable = %+v, want nodes 1, 2, 3 and 4", r.Unreachable)
 	}
 	var buf bytes.Buffer
 	if err := WriteText(&buf, r); err != nil {

@@ -192,8 +192,8 @@ type nodeState struct {
 	leaseStaleAt, leaseRenewSeen time.Time
 	// incident is when the node's trouble began, the key of the one scale
 	// bounce per incident: the NotReady transition, or the time rebound
-	// marked it unreachable when that was earlier (the same incident,
-	// since the mark comes off as soon as the node is not dead).
+	// marked it unreachable when that was earlier (the same incident:
+	// pkg/unreachable keeps the mark until the node is Ready again).
 	incident time.Time
 }
 
@@ -238,8 +238,11 @@ func indexNodes(nodes []*corev1.Node, verdicts map[string]liveness.NodeVerdict, 
 			continue
 		default:
 			ns = &nodeState{node: n, zone: info.Zone, readyStatus: status, since: since, twoPlane: twoPlane, incident: since}
-			if twoPlane != nil && twoPlane.MarkedAt.Before(since) {
-				ns.incident = twoPlane.MarkedAt
+			// The mark dates the incident whatever the verdict says now
+			// (a restarted controller's, or one that left Dead):
+			// pkg/unreachable keeps it while the node is NotReady.
+			if mark := unreachable.Tainted(n); mark != nil && mark.TimeAdded != nil && mark.TimeAdded.Time.Before(since) {
+				ns.incident = mark.TimeAdded.Time
 			}
 			if v, ok := verdicts[n.Name]; ok && v.Verdict != liveness.Alive {
 				ns.observed = v.Since

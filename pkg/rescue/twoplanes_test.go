@@ -202,6 +202,71 @@ func TestTwoPlanes(t *testing.T) {
 			decisions: map[string]Decision{coredns: DecisionReportOnly},
 			reasons:   map[string]string{coredns: "already scale-bounced once for this incident"},
 		},
+		{
+			// The controller restarted mid-incident: no Lease history, no
+			// gossip read yet, so no verdict at all, and its first sight
+			// of the NotReady state is now. pkg/unreachable kept the mark
+			// on the NotReady node: it still dates the incident.
+			name: "bounced once for the early incident, controller restarted (no verdict): not again",
+			world: func() *world {
+				w := s13(at(2 * time.Minute))
+				w.s.Nodes[3].Status.Conditions[0].Status = corev1.ConditionUnknown
+				w.s.Nodes[3].Status.Conditions[0].LastTransitionTime = metav1.NewTime(at(50 * time.Second))
+				w.s.Verdicts = nil
+				terminating(w.s.Pods[0], at(6*time.Second))
+				w.s.Deployments[0].Annotations = map[string]string{ScaleBouncedForAnnotation: at(time.Second).Format(time.RFC3339)}
+				return w
+			},
+			decisions: map[string]Decision{coredns: DecisionReportOnly},
+			reasons:   map[string]string{coredns: "already scale-bounced once for this incident"},
+		},
+		{
+			name: "bounced once for the early incident, the restarted controller's verdict Unknown since its first sight: not again",
+			world: func() *world {
+				w := s13(at(2 * time.Minute))
+				w.s.Nodes[3].Status.Conditions[0].Status = corev1.ConditionUnknown
+				w.s.Nodes[3].Status.Conditions[0].LastTransitionTime = metav1.NewTime(at(50 * time.Second))
+				w.s.Verdicts["node-3"] = liveness.NodeVerdict{Verdict: liveness.Unknown, Since: at(70 * time.Second), LeaseStale: true, LeaseRenewSeen: at(70 * time.Second)}
+				terminating(w.s.Pods[0], at(6*time.Second))
+				w.s.Deployments[0].Annotations = map[string]string{ScaleBouncedForAnnotation: at(time.Second).Format(time.RFC3339)}
+				return w
+			},
+			decisions: map[string]Decision{coredns: DecisionReportOnly},
+			reasons:   map[string]string{coredns: "already scale-bounced once for this incident"},
+		},
+		{
+			name: "bounced once for the early incident, the verdict left Dead (CutOffFromAPI), the mark kept: not again",
+			world: func() *world {
+				w := s13(at(2 * time.Minute))
+				w.s.Nodes[3].Status.Conditions[0].Status = corev1.ConditionUnknown
+				w.s.Nodes[3].Status.Conditions[0].LastTransitionTime = metav1.NewTime(at(50 * time.Second))
+				w.s.Verdicts["node-3"] = liveness.NodeVerdict{Verdict: liveness.CutOffFromAPI, Since: at(50 * time.Second), LeaseStale: true, Reason: "node-1 has it alive"}
+				terminating(w.s.Pods[0], at(6*time.Second))
+				w.s.Deployments[0].Annotations = map[string]string{ScaleBouncedForAnnotation: at(time.Second).Format(time.RFC3339)}
+				return w
+			},
+			decisions: map[string]Decision{coredns: DecisionReportOnly},
+			reasons:   map[string]string{coredns: "already scale-bounced once for this incident"},
+		},
+		{
+			name: "a bounce for an earlier incident, a new mark: the new incident may bounce",
+			world: func() *world {
+				w := s13(at(2 * time.Minute))
+				w.s.Nodes[3].Status.Conditions[0].Status = corev1.ConditionUnknown
+				w.s.Nodes[3].Status.Conditions[0].LastTransitionTime = metav1.NewTime(at(50 * time.Second))
+				w.s.Verdicts = nil
+				terminating(w.s.Pods[0], at(6*time.Second))
+				w.s.Deployments[0].Annotations = map[string]string{ScaleBouncedForAnnotation: t0.Add(-time.Hour).Format(time.RFC3339)}
+				return w
+			},
+			decisions: map[string]Decision{coredns: DecisionAct},
+			actions:   []string{"ScaleDown kube-system/coredns"},
+			check: func(t *testing.T, p Plan) {
+				if a := p.Actions[0]; !a.Incident.Equal(at(time.Second)) {
+					t.Errorf("incident = %v, want the mark's time %v", a.Incident, at(time.Second))
+				}
+			},
+		},
 	}
 	runPlanCases(t, tests)
 }

@@ -11,16 +11,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"rebound/pkg/kubestatus"
 	"rebound/pkg/liveness"
 )
 
 // Defaults of the budget (Options).
 const (
-	// DefaultMaxShare: at most half of the nodes carry rebound's taint at
-	// once. More nodes dead on both planes at the same moment is what a
-	// broken control plane, Lease writes that stall, or a gossip network
-	// split looks like, far likelier than that many deaths; marking them
-	// would be worse than upstream, which waits.
+	// DefaultMaxShare: no node is marked while it would leave more than
+	// half of the nodes out at once, NotReady in the API and marked
+	// counted together (each node once). More nodes down at the same
+	// moment is what a broken control plane, Lease writes that stall, or
+	// a gossip network split looks like, far likelier than that many
+	// deaths; marking them would be worse than upstream, which waits (and
+	// itself stops evicting at 55 % unhealthy).
 	DefaultMaxShare = 0.5
 	// DefaultMarksPerMinuteShare: new marks within any minute, as a share
 	// of the nodes (at least DefaultMinMarksPerMinute), so that nodes
@@ -41,8 +44,9 @@ type Options struct {
 	// MarkPodsNotReady: also set the Ready condition of a marked node's
 	// pods False (the controller's --mark-pods-not-ready-early).
 	MarkPodsNotReady bool
-	// MaxShare is the share of the nodes that may carry rebound's taint at
-	// once, 0 < MaxShare <= 1; zero means DefaultMaxShare.
+	// MaxShare is the share of the nodes that may be out at once (NotReady
+	// in the API or carrying rebound's taint) for a new mark to be made,
+	// 0 < MaxShare <= 1; zero means DefaultMaxShare.
 	MaxShare float64
 	// MarksPerMinute caps the taints added within any minute; zero means
 	// DefaultMarksPerMinuteShare of the nodes, at least
@@ -126,8 +130,8 @@ func (a Action) Key() string {
 type HoldKind string
 
 const (
-	// HeldBudget: more nodes would carry the taint at once than MaxShare
-	// allows.
+	// HeldBudget: more nodes would be out at once (NotReady or marked)
+	// than MaxShare allows.
 	HeldBudget HoldKind = "Budget"
 	// HeldRateLimited: MarksPerMinute taints were added within the last
 	// minute.
@@ -149,8 +153,10 @@ type Plan struct {
 	Actions []Action
 	Held    []Hold
 	// Unreachable counts the nodes that carry rebound's taint once the
-	// plan is applied; MaxUnreachable is the budget's cap.
-	Unreachable, MaxUnreachable int
+	// plan is applied; Out the nodes NotReady in the API or carrying the
+	// taint (each once), which the budget counts; MaxUnreachable is the
+	// budget's cap on Out for a new mark.
+	Unreachable, Out, MaxUnreachable int
 	// MarksLastMinute counts the marks of the last minute before this
 	// plan's; MarksPerMinute is the rate's cap.
 	MarksLastMinute, MarksPerMinute int
@@ -174,11 +180,25 @@ func PlanFor(s Snapshot) Plan {
 
 	var candidates []*corev1.Node
 	keep := map[string]bool{} // nodes that carry the taint after the plan
+	notReady := 0             // nodes the API has NotReady
 	for _, n := range nodes {
 		taint := Tainted(n)
 		v, known := s.Verdicts[n.Name]
 		dead := known && v.Verdict == liveness.Dead
+		ready := kubestatus.NodeReady(n)
+		if !ready {
+			notReady++
+		}
 		switch {
+		case taint != nil && !ready:
+			// The mark is the record of when the incident began (the
+			// scale bounce's key in pkg/rescue), whatever the verdict says
+			// now: a restarted controller has none for a while, and takes
+			// its first sight of every Lease for a renewal. Upstream's own
+			// not-ready/unreachable NoSchedule taint keeps new pods off a
+			// NotReady node, so keeping it changes nothing about
+			// scheduling; it comes off when the node is Ready again.
+			keep[n.Name] = true
 		case taint != nil && !dead:
 			p.Actions = append(p.Actions, Action{Kind: RemoveTaint, Node: n.Name, NodeUID: n.UID, Reason: removeReason(v, known)})
 		case taint != nil:
@@ -187,12 +207,21 @@ func PlanFor(s Snapshot) Plan {
 			candidates = append(candidates, n)
 		}
 	}
+	// A node counts once, NotReady or marked: marks are only kept, never
+	// added, on NotReady nodes.
+	markedReady := 0
+	for _, n := range nodes {
+		if keep[n.Name] && kubestatus.NodeReady(n) {
+			markedReady++
+		}
+	}
+	out := notReady + markedReady
 
 	switch {
 	case len(candidates) == 0:
-	case len(keep)+len(candidates) > p.MaxUnreachable:
-		why := fmt.Sprintf("%d node(s) would carry %s at once (%d already, %d newly dead on both planes), more than %d, %s of the %d nodes: so many deaths at the same moment are likelier a global fault (the control plane, the Lease writes, the gossip network) than deaths; none is marked, upstream's timing applies",
-			len(keep)+len(candidates), TaintKey, len(keep), len(candidates), p.MaxUnreachable, shareWords(s.Options.MaxShare), len(nodes))
+	case out+len(candidates) > p.MaxUnreachable:
+		why := fmt.Sprintf("%d node(s) would be out at once (%d NotReady in the API, %d more carrying %s, %d newly dead on both planes), more than %d, %s of the %d nodes: so many deaths at the same moment are likelier a global fault (the control plane, the Lease writes, the gossip network) than deaths; none is marked, upstream's timing applies",
+			out+len(candidates), notReady, markedReady, TaintKey, len(candidates), p.MaxUnreachable, shareWords(s.Options.MaxShare), len(nodes))
 		for _, n := range candidates {
 			p.Held = append(p.Held, Hold{Node: n.Name, Kind: HeldBudget, Reason: deadReason(s.Verdicts[n.Name]) + "; but " + why})
 		}
@@ -210,12 +239,13 @@ func PlanFor(s Snapshot) Plan {
 			}
 			recent = append(recent, s.Now)
 			keep[n.Name] = true
+			out++
 			p.Actions = append(p.Actions, Action{Kind: AddTaint, Node: n.Name, NodeUID: n.UID,
-				Reason: fmt.Sprintf("%s; tainted %s:NoSchedule so that nothing new is scheduled there (%d of at most %d nodes marked, %d of %d marks this minute)",
-					deadReason(v), TaintKey, len(keep), p.MaxUnreachable, len(recent), p.MarksPerMinute)})
+				Reason: fmt.Sprintf("%s; tainted %s:NoSchedule so that nothing new is scheduled there (%d of at most %d nodes out, NotReady or marked; %d of %d marks this minute)",
+					deadReason(v), TaintKey, out, p.MaxUnreachable, len(recent), p.MarksPerMinute)})
 		}
 	}
-	p.Unreachable = len(keep)
+	p.Unreachable, p.Out = len(keep), out
 
 	if s.Options.MarkPodsNotReady {
 		p.Actions = append(p.Actions, marks(s, nodes, keep)...)
@@ -317,7 +347,8 @@ func deadReason(v liveness.NodeVerdict) string {
 	return "dead on both planes while the API has it Ready: " + v.Reason
 }
 
-// removeReason says why rebound's taint comes off.
+// removeReason says why rebound's taint comes off a node the API has
+// Ready.
 func removeReason(v liveness.NodeVerdict, known bool) string {
 	switch {
 	case !known:

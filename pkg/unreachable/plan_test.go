@@ -149,6 +149,42 @@ func TestPlan(t *testing.T) {
 			snap: Snapshot{Now: t0, Nodes: append(nodes(7), node("x", true, ours(t0.Add(-10*time.Minute))), node("y", true, ours(t0.Add(-30*time.Second))), node("z", true)),
 				Verdicts: verdicts(map[string]liveness.NodeVerdict{"x": earlyDead, "y": earlyDead, "z": earlyDead}, nodes(7)...)},
 			want: []string{"AddTaint z"}},
+		{name: "budget counts the nodes already NotReady: 4 of 10 NotReady, 1 marked, 1 newly dead would leave 6 out: held",
+			snap: Snapshot{Now: t0, Nodes: append(append(notReadyNodes(4), nodes(4)...), node("x", true, ours(t0.Add(-time.Hour))), node("y", true)),
+				Verdicts: verdicts(map[string]liveness.NodeVerdict{"x": earlyDead, "y": earlyDead}, nodes(4)...)},
+			want:  []string{"HeldBudget y"},
+			words: "4 NotReady in the API, 1 more carrying"},
+		{name: "budget: a node both NotReady and marked counts once: 3 NotReady (one marked), 1 marked Ready, 1 newly dead is 5 of 10: marked",
+			snap: Snapshot{Now: t0, Nodes: append(append(notReadyNodes(2), node("nr-m", false, ours(t0.Add(-time.Hour))), node("x", true, ours(t0.Add(-time.Hour))), node("y", true)), nodes(5)...),
+				Verdicts: verdicts(map[string]liveness.NodeVerdict{"nr-m": {Verdict: liveness.Dead, Reason: "NotReady"}, "x": earlyDead, "y": earlyDead}, nodes(5)...)},
+			want:  []string{"AddTaint y"},
+			words: "5 of at most 5 nodes out"},
+		{name: "marked, then NotReady, controller restarted (no verdict yet): the mark stays, it dates the incident",
+			snap: Snapshot{Nodes: []*corev1.Node{node("a", false, ours(t0.Add(-time.Minute))), node("b", true), node("c", true)},
+				Verdicts: map[string]liveness.NodeVerdict{"b": alive, "c": alive}},
+			want: nil},
+		{name: "marked, then NotReady, no verdicts at all: the mark stays (upstream's own NoSchedule taint is there)",
+			snap: Snapshot{Nodes: []*corev1.Node{node("a", false, ours(t0.Add(-time.Minute))), node("b", true)}},
+			want: nil},
+		{name: "marked, then NotReady, the verdict leaves Dead (Unknown, Lease still stale): the mark stays",
+			snap: Snapshot{Nodes: []*corev1.Node{node("a", false, ours(t0.Add(-time.Minute))), node("b", true), node("c", true)},
+				Verdicts: map[string]liveness.NodeVerdict{"a": {Verdict: liveness.Unknown, LeaseRenewSeen: t0.Add(-time.Minute), LeaseStale: true}, "b": alive, "c": alive}},
+			want: nil},
+		{name: "marked, then NotReady, the verdict leaves Dead (CutOffFromAPI by a watcher, Lease still stale): the mark stays",
+			snap: Snapshot{Nodes: []*corev1.Node{node("a", false, ours(t0.Add(-time.Minute))), node("b", true), node("c", true)},
+				Verdicts: map[string]liveness.NodeVerdict{"a": {Verdict: liveness.CutOffFromAPI, LeaseRenewSeen: t0.Add(-time.Minute), LeaseStale: true}, "b": alive, "c": alive}},
+			want: nil},
+		{name: "marked, NotReady, controller restarted: its first sight of the Lease counts as a renewal; the mark stays",
+			snap: Snapshot{Nodes: []*corev1.Node{node("a", false, ours(t0.Add(-time.Minute))), node("b", true), node("c", true)},
+				Verdicts: map[string]liveness.NodeVerdict{"a": {Verdict: liveness.Unknown, LeaseRenewSeen: t0.Add(-time.Second)}, "b": alive, "c": alive}},
+			want: nil},
+		{name: "marked, NotReady, its Lease renewing (the kubelet reports NotReady itself): the mark stays until Ready",
+			snap: Snapshot{Nodes: []*corev1.Node{node("a", false, ours(t0.Add(-time.Minute))), node("b", true), node("c", true)},
+				Verdicts: map[string]liveness.NodeVerdict{"a": {Verdict: liveness.Dead, LeaseRenewSeen: t0.Add(-time.Second)}, "b": alive, "c": alive}},
+			want: nil},
+		{name: "marked, Ready again, no verdict: taint off at once (fail open)",
+			snap: Snapshot{Nodes: []*corev1.Node{node("a", true, ours(t0.Add(-time.Minute))), node("b", false)}},
+			want: []string{"RemoveTaint a"}},
 		{name: "one node alone: half of one is none",
 			snap: Snapshot{Nodes: []*corev1.Node{node("a", true)}, Verdicts: map[string]liveness.NodeVerdict{"a": earlyDead}},
 			want: []string{"HeldBudget a"}},
@@ -198,6 +234,14 @@ func nodes(n int) []*corev1.Node {
 	var out []*corev1.Node
 	for i := range n {
 		out = append(out, node(fmt.Sprintf("n%d", i), true))
+	}
+	return out
+}
+
+func notReadyNodes(n int) []*corev1.Node {
+	var out []*corev1.Node
+	for i := range n {
+		out = append(out, node(fmt.Sprintf("nr%d", i), false))
 	}
 	return out
 }

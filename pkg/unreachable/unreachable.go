@@ -11,35 +11,48 @@
 //     pkg/controller/util/node), so that EndpointSlices stop sending it
 //     traffic;
 //
-// and, the moment the verdict is no longer Dead, takes its taint off
-// again. A RecoveryPolicy with spec.detection TwoPlanes then counts its
-// pods as stranded from the detection (pkg/rescue); the taint is the
-// budgeted, persisted record of the verdict that pkg/rescue and its
-// executor require.
+// and, the moment the verdict is no longer Dead on a node the API has
+// Ready, takes its taint off again. A RecoveryPolicy with spec.detection
+// TwoPlanes then counts its pods as stranded from the detection
+// (pkg/rescue); the taint is the budgeted, persisted record of the
+// verdict that pkg/rescue and its executor require, and, once the API has
+// the node NotReady, the record of when its incident began (the key of
+// pkg/rescue's one scale bounce per incident), which survives a restart
+// of the controller and a verdict that changes.
 //
 // PlanFor is pure: no client, no logger, no clock. Its rules, each with
 // the reason it gives:
 //
 //	situation                                            action
-//	rebound's taint, verdict not Dead (or none at all)   RemoveTaint, never limited: fail open
+//	rebound's taint, API NotReady                        keep it, whatever the verdict (none
+//	                                                     at all included): upstream's own
+//	                                                     not-ready/unreachable NoSchedule taint
+//	                                                     already keeps new pods off, and the
+//	                                                     mark dates the incident
+//	rebound's taint, API Ready, verdict not Dead (or     RemoveTaint, never limited, never gated
+//	  none at all)                                       (dry run, stop switch): fail open
 //	rebound's taint, Dead                                keep it; MarkPodNotReady for each pod
 //	                                                     still Ready while the API has the
 //	                                                     node Ready (with MarkPodsNotReady)
 //	no taint, Dead on both planes, API Ready (Early)     AddTaint, within the budget:
-//	  more nodes marked at once than MaxShare of all     Held (Budget): none is marked; so many
-//	                                                     deaths at once say something global is
-//	                                                     wrong (control plane, Lease writes, the
-//	                                                     gossip network)
+//	  more nodes out at once than MaxShare of all        Held (Budget): none is marked; so many
+//	  (NotReady in the API and marked counted            nodes down at once say something
+//	  together, each node once)                          global is wrong (control plane, Lease
+//	                                                     writes, the gossip network)
 //	  MarksPerMinute marks made in the last minute       Held (RateLimited) until a mark ages out
 //	no taint, Dead but NotReady in the API               none: upstream taints it and marks its
 //	                                                     pods itself
 //	anyone else's taint                                  never touched
 //
-// The budget counts from the cluster, not from memory: the nodes that
-// carry the taint now, and the taints' timeAdded for the rate, so a
-// restarted controller neither forgets its marks nor repeats them; the
-// caller's ledger (Snapshot.Recent) adds the marks whose taint has been
-// removed since.
+// The budget counts from the cluster, not from memory: the nodes NotReady
+// and those that carry the taint now, and the taints' timeAdded for the
+// rate, so a restarted controller neither forgets its marks nor repeats
+// them; the caller's ledger (Snapshot.Recent) adds the marks whose taint
+// has been removed since.
+//
+// When no controller runs, the node's own agent takes the taint off once
+// the node is Ready and its Lease renews (internal/agent, Untainter), and
+// `rebound untaint` takes every one off at uninstall.
 package unreachable
 
 import (

@@ -18,12 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"rebound/internal/agent"
 	"rebound/internal/controller"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/calico"
+	"rebound/pkg/unreachable"
 	"rebound/pkg/zone"
 )
 
@@ -335,4 +337,123 @@ func waitLeaseHeld(ctx context.Context, t *testing.T, c *sandbox.Cluster) {
 	if err != nil {
 		t.Fatalf("no replica took the leader-election Lease: %v", err)
 	}
+}
+
+// TestS12TaintClearedWithoutController: rebound's taint fails open. Five
+// nodes with gossiping agents (deploy/gossip's identity, a token bound to
+// each node) and `rebound controller --lease-plane`. node-3 dies outright
+// (its Lease stops, its agent is killed) and the controller marks it
+// rebound.dev/unreachable:NoSchedule; then the controller stops, as a
+// Deployment scaled to 0 does. node-3 returns: its agent starts again and
+// its Lease renews. With no controller to take the mark off, node-3's own
+// agent does, once the taint has outlived a renewal by its default
+// --untaint-after, through deploy/gossip's RBAC and admission policy.
+// s12_taint_cleared_without_controller is the time from the Lease's first
+// renewal after the return (its renewTime) to a watch seeing the taint
+// gone; the scenario bound is 15 s. The audit log shows the removal as the
+// gossip identity's only Node write, on node-3.
+func TestS12TaintClearedWithoutController(t *testing.T) {
+	t.Parallel()
+	c := startSandbox(t, 5, sandbox.FastTimings())
+	ctx := testContext(t, 4*time.Minute)
+	agents, ctrl := startS13Rebound(ctx, t, c, scenario.GossipAgentOptions{})
+	waitGossipReports(ctx, t, c, agents)
+
+	must(t, agents[s13Victim].Kill())
+	must(t, c.StopNode(ctx, s13Victim))
+	poll(ctx, t, time.Minute, s13Victim+" marked "+scenario.UnreachableTaint, func() (bool, string) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, s13Victim, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return unreachable.Tainted(n) != nil, fmt.Sprint(n.Spec.Taints)
+	})
+	// The controller goes away (kubectl scale --replicas=0 sends SIGTERM).
+	ctrl.stop(syscall.SIGTERM)
+
+	lease, err := c.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, s13Victim, metav1.GetOptions{})
+	must(t, err)
+	stale := lease.Spec.RenewTime.Time
+	cleared := watchTaintCleared(ctx, t, c, s13Victim)
+	must(t, agents[s13Victim].Restart())
+	must(t, c.StartNode(ctx, s13Victim))
+	var renewed time.Time
+	poll(ctx, t, time.Minute, s13Victim+"'s Lease renewed", func() (bool, string) {
+		l, err := c.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, s13Victim, metav1.GetOptions{})
+		if err != nil || l.Spec.RenewTime == nil {
+			return false, fmt.Sprint(err)
+		}
+		renewed = l.Spec.RenewTime.Time
+		return renewed.After(stale), renewed.String()
+	})
+	const bound = 15 * time.Second
+	var gone time.Time
+	select {
+	case gone = <-cleared:
+	case <-time.After(time.Until(renewed.Add(bound + 10*time.Second))):
+		t.Fatalf("%s still carries %s %v after its Lease renewed, with no controller", s13Victim, scenario.UnreachableTaint, time.Since(renewed))
+	}
+	took := gone.Sub(renewed)
+	metric(t, "s12_taint_cleared_without_controller", took.Seconds(), "s")
+	config(t, "s12_untaint_after", agent.DefaultUntaintAfter.Seconds(), "s")
+	if took > bound {
+		t.Errorf("the taint came off %v after %s's Lease renewed, want within %v", took, s13Victim, bound)
+	}
+	if took < agent.DefaultUntaintAfter-time.Second {
+		t.Errorf("the taint came off %v after the renewal, before --untaint-after %v: the agent did not leave the controller its time", took, agent.DefaultUntaintAfter)
+	}
+
+	// Who wrote: the gossip identity patched node-3, and no other Node.
+	gossipUser := "system:serviceaccount:" + scenario.AgentNamespace + ":" + scenario.GossipServiceAccount
+	writes, err := c.AuditEvents(func(e sandbox.AuditEvent) bool {
+		return e.ObjectRef.Resource == "nodes" && e.User.Username == gossipUser && e.Verb != "get" && e.Verb != "list" && e.Verb != "watch"
+	})
+	must(t, err)
+	ok := 0
+	for _, e := range writes {
+		switch {
+		case e.Verb == "patch" && e.ObjectRef.Name == s13Victim && e.ObjectRef.Subresource == "" && e.ResponseStatus.Code < 300:
+			ok++
+		default:
+			t.Errorf("the gossip identity's Node write %s %s/%s answered %d: want only the patch of %s", e.Verb, e.ObjectRef.Name, e.ObjectRef.Subresource, e.ResponseStatus.Code, s13Victim)
+		}
+	}
+	if ok != 1 {
+		t.Errorf("%d patches of %s by %s, want 1 (the removal)", ok, s13Victim, gossipUser)
+	}
+	for _, name := range c.NodeNames {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		must(t, err)
+		if unreachable.Tainted(n) != nil {
+			t.Errorf("%s still carries %s", name, scenario.UnreachableTaint)
+		}
+	}
+}
+
+// watchTaintCleared watches one node and sends when it first sees it
+// without rebound's taint after having seen it with.
+func watchTaintCleared(ctx context.Context, t *testing.T, c *sandbox.Cluster, node string) <-chan time.Time {
+	t.Helper()
+	w, err := c.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+	must(t, err)
+	t.Cleanup(w.Stop)
+	out := make(chan time.Time, 1)
+	go func() {
+		marked := false
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			if unreachable.Tainted(n) != nil {
+				marked = true
+				continue
+			}
+			if marked {
+				out <- time.Now()
+				return
+			}
+		}
+	}()
+	return out
 }

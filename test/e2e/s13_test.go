@@ -46,7 +46,7 @@ func TestS13FastDetection(t *testing.T) {
 	timings := sandbox.FastTimings()
 	p := startPair(t, 5, timings)
 	ctx := testContext(t, 6*time.Minute)
-	agents := startS13Rebound(ctx, t, p.With, scenario.GossipAgentOptions{})
+	agents, _ := startS13Rebound(ctx, t, p.With, scenario.GossipAgentOptions{})
 
 	res, err := scenario.RunS13Pair(ctx, p, scenario.S13PairOptions{
 		Workload:  scenario.CriticalStandIn(s13Victim),
@@ -152,7 +152,7 @@ const s13Window = 11 * time.Second
 func s13Negative(t *testing.T, a scenario.GossipAgentOptions, fail func(context.Context, *sandbox.Cluster, map[string]*scenario.GossipAgent) error) {
 	c := startSandbox(t, 5, sandbox.FastTimings())
 	ctx := testContext(t, 4*time.Minute)
-	agents := startS13Rebound(ctx, t, c, a)
+	agents, _ := startS13Rebound(ctx, t, c, a)
 	w := scenario.CriticalStandIn(s13Victim)
 	must(t, w.Create(ctx, c.Client))
 	var pod corev1.Pod
@@ -201,14 +201,15 @@ func s13Negative(t *testing.T, a scenario.GossipAgentOptions, fail func(context.
 // startS13Rebound installs rebound on c for two-plane detection (the
 // controller's roles, the detection roles, the TwoPlanes policy), starts
 // `rebound controller --lease-plane` and the gossip-only agents of a
-// (scenario.StartGossipAgents), and returns the agents by node.
-func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a scenario.GossipAgentOptions) map[string]*scenario.GossipAgent {
+// (scenario.StartGossipAgents), and returns the agents by node and the
+// controller.
+func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a scenario.GossipAgentOptions) (map[string]*scenario.GossipAgent, *controllerProcess) {
 	t.Helper()
 	cl := installRebound(ctx, t, c)
 	_, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-e2e"}, []byte(scenario.S13Policy))
 	must(t, err)
 	must(t, install.DetectionFor(ctx, cl, "rebound-e2e", sandbox.ReboundUser))
-	startController(t, c, "--lease-plane", "--mark-pods-not-ready-early")
+	ctrl := startController(t, c, "--lease-plane", "--mark-pods-not-ready-early")
 	a.Binary = reboundBinary
 	agents, err := scenario.StartGossipAgents(ctx, c, a)
 	must(t, err)
@@ -220,7 +221,7 @@ func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a sc
 			}
 		}
 	})
-	return agents
+	return agents, ctrl
 }
 
 // waitGossipReports waits until every agent has written a gossip read

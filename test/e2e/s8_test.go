@@ -1,17 +1,22 @@
 package e2e
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
 	"rebound/pkg/peering"
+	"rebound/pkg/unreachable"
 )
 
 // TestS8AgentCredentialConfined: deploy/'s RBAC and ValidatingAdmissionPolicy
@@ -118,6 +123,80 @@ func TestS8RejoinCredentialConfined(t *testing.T) {
 			t.Errorf("%s: %v, want Forbidden because it %s", tc.what, tc.err, tc.why)
 		}
 	}
+}
+
+// TestS8GossipCredentialConfined: a gossip member may take rebound's
+// leftover taint off its own node (internal/agent/untaint.go), so its
+// credential is confined at the API server (deploy/gossip: RBAC and the
+// ValidatingAdmissionPolicy rebound-gossip-untaint-own-node on the node
+// name bound into its token). A token of its ServiceAccount bound to a pod
+// on node-1 takes rebound.dev/unreachable:NoSchedule off node-1 through
+// the agent's own writer, every other taint staying, and is refused
+// (Forbidden) for: the same removal on node-2, or with a token bound to no
+// pod; a taint added to node-1 (another, or rebound's own again);
+// another taint removed; a label changed, alone or with the removal; a
+// cordon with the removal; node-1's status; deleting node-2.
+func TestS8GossipCredentialConfined(t *testing.T) {
+	t.Parallel()
+	c := startSandbox(t, 3, sandbox.FastTimings())
+	ctx := testContext(t, 4*time.Minute)
+	res, err := scenario.S8GossipCredential(ctx, c, "node-1", "node-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TokenNode != "node-1" {
+		t.Fatalf("the token's %s extra is %q, want node-1: the admission policy cannot confine the member", scenario.NodeNameExtra, res.TokenNode)
+	}
+	if res.OwnRemoval != nil {
+		t.Errorf("taking rebound's taint off node-1 (the agent's own write): %v, want success", res.OwnRemoval)
+	}
+	if n := (&corev1.Node{Spec: corev1.NodeSpec{Taints: res.Untouched}}); unreachable.Tainted(n) != nil ||
+		!slices.ContainsFunc(res.Untouched, func(t corev1.Taint) bool { return t.Key == "dedicated" && t.Value == "db" }) {
+		t.Errorf("node-1's taints after the removal: %v, want rebound's gone and the other one kept", res.Untouched)
+	}
+	// Each refusal by the rule that says why (RBAC grants no status, no
+	// delete).
+	const (
+		ownNode = "patch only the Node its token is bound to"
+		onlyOff = "may only remove the taint rebound.dev/unreachable:NoSchedule"
+		nothing = "change nothing but the taint"
+		rbac    = "cannot"
+	)
+	for _, tc := range []struct {
+		what string
+		err  error
+		why  string
+	}{
+		{"taking the taint off node-2", res.OtherRemoval, ownNode},
+		{"taking it off node-1 with an unbound token", res.UnboundTokenRemoval, ownNode},
+		{"adding a taint to node-1", res.OwnAddTaint, onlyOff},
+		{"putting rebound's taint back on node-1", res.OwnAddOurs, onlyOff},
+		{"removing another taint of node-1", res.OwnRemoveOther, onlyOff},
+		{"changing a label of node-1", res.OwnLabel, onlyOff},
+		{"changing a label with the removal", res.OwnRemovalWithLabel, nothing},
+		{"cordoning node-1 with the removal", res.OwnRemovalCordon, nothing},
+		{"patching node-1's status", res.OwnStatus, rbac},
+		{"deleting node-2", res.DeleteOther, rbac},
+	} {
+		if !apierrors.IsForbidden(tc.err) || !strings.Contains(tc.err.Error(), tc.why) {
+			t.Errorf("%s: %v, want Forbidden because it %s", tc.what, tc.err, tc.why)
+		}
+	}
+	// The apiserver type-checks the policy against the Node schema; a
+	// warning is an expression that would fail (and so deny) at run time.
+	poll(ctx, t, 30*time.Second, scenario.GossipUntaintPolicy+" type-checked", func() (bool, string) {
+		p, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, scenario.GossipUntaintPolicy, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if p.Status.ObservedGeneration != p.Generation || p.Status.TypeChecking == nil {
+			return false, fmt.Sprintf("status %+v", p.Status)
+		}
+		for _, w := range p.Status.TypeChecking.ExpressionWarnings {
+			t.Errorf("%s: %s: %s", scenario.GossipUntaintPolicy, w.FieldRef, w.Warning)
+		}
+		return true, ""
+	})
 }
 
 // TestS8LyingAgent: agents claim Established sessions with dead nodes, as

@@ -28,6 +28,7 @@ import (
 	"rebound/internal/metricsserving"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
+	"rebound/pkg/unreachable"
 )
 
 // NewCommand returns `agent`.
@@ -118,6 +119,18 @@ since their votes are then not all heard. MetalLB's speakers default to port
 --gossip-only runs only the gossip member and its writer: no BIRD, no peer
 set, and none of the BIRD flags is needed (a Calico cluster, or BIRD run by
 something else).
+
+A gossiping agent also takes rebound's taint rebound.dev/unreachable:NoSchedule
+off its own node when no controller does (the controller scaled to 0,
+crashlooping or uninstalled): once its node is Ready and it has seen the node's
+Lease renewed with the taint on, and the taint is still there --untaint-after
+later (10 s; on the agent's own clock) with the Lease still renewing. That is
+the controller's own rule (a mark comes off a Ready node that is not dead), so
+the two never disagree.
+It watches its Node and its Lease in kube-node-lease, and its credential may
+make that one change to its own Node and nothing else (deploy/gossip: RBAC and
+a ValidatingAdmissionPolicy on the node name bound into its token).
+--untaint-after=0 turns it off.
 
 Probes on --health-addr (plain HTTP, for the kubelet; :9810 by default, :9813
 with --gossip-only, :9812 with --rejoin-only, so that agents sharing a host's
@@ -258,6 +271,7 @@ the error names the flag to change.`,
 	f.StringSliceVar(&opts.Gossip.Join, "gossip-join", nil, "comma-separated members to join through: host:port, or host for --gossip-port; a DNS name, such as the agents' headless Service, stands for the addresses it resolves to, a few of which are tried at random. Retried with backoff until another member answers, and again whenever this one is left alone")
 	cli.AddGossipWatchersFlag(f, &opts.Gossip.Watchers)
 	f.DurationVar(&opts.Gossip.ProbeInterval, "gossip-probe-interval", gossip.DefaultProbeInterval, "how often each member probes another; a probe times out in half of it. A dead member is voted dead 7 to 12 intervals after its death (3.5 to 6 s at 500ms, measured with 5 to 200 members); raise it only where round trips between nodes approach 100 ms")
+	f.DurationVar(&opts.UntaintAfter, "untaint-after", agent.DefaultUntaintAfter, "with gossip: take rebound's taint "+unreachable.TaintKey+" off this node when it is still there this long after the node's Lease was seen renewing (no controller took it off); 0 turns it off")
 	f.BoolVar(&opts.GossipOnly, "gossip-only", false, "no BIRD: run only the gossip member and its writer (needs --gossip-key-file); the BIRD flags are ignored")
 	f.StringVar(&healthAddr, "health-addr", agent.DefaultHealthAddr, "address of /readyz and /healthz (plain HTTP, for the kubelet); empty disables them. "+
 		"The default depends on the mode, so that the agents that may share a host's network never collide: "+agent.DefaultHealthAddr+", "+

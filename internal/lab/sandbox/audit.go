@@ -13,8 +13,8 @@ import (
 const AuditLog = "audit"
 
 // auditPolicyYAML records, at Metadata level, only what a scenario wants
-// to count: pod deletions, changes to workloads, and every request of
-// rebound's own identity. Everything else is left out so the log stays
+// to count: pod deletions, changes to workloads, writes of Node objects
+// (not their status), and every request of rebound's own identity. Everything else is left out so the log stays
 // small.
 //
 //go:embed audit-policy.yaml

@@ -32,8 +32,40 @@ type GossipAgentOptions struct {
 type GossipAgent struct {
 	Node, Address, Log string
 
-	cmd  *exec.Cmd
-	done chan struct{}
+	binary string
+	args   []string
+	cmd    *exec.Cmd
+	done   chan struct{}
+}
+
+// start runs the agent, its output appended to Log.
+func (a *GossipAgent) start() error {
+	f, err := os.OpenFile(a.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(a.binary, a.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start the agent of %s: %w", a.Node, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	a.cmd, a.done = cmd, done
+	return nil
+}
+
+// Restart starts the agent again after Kill or Stop, with the same
+// flags and token, as a DaemonSet's pod starts again on its node.
+func (a *GossipAgent) Restart() error {
+	select {
+	case <-a.done:
+	default:
+		return fmt.Errorf("the agent of %s still runs", a.Node)
+	}
+	return a.start()
 }
 
 // Kill kills the agent at once (SIGKILL): to the other members it is a
@@ -64,12 +96,13 @@ var gossipNet atomic.Int32
 // loopback address.
 const GossipPort = 7946
 
-// StartGossipAgents installs the agents' confinement on c (the node-bound
-// tokens need it) and starts one gossip-only agent per node, each on its
+// StartGossipAgents installs the members' confinement (deploy/gossip) on
+// c (the node-bound tokens need it) and starts one gossip-only agent per
+// node, as the ServiceAccount of deploy/gossip's DaemonSet, each on its
 // own loopback address with a token bound to its node, all joining each
 // other, with a random key written to c.Dir. Stop them with StopAll.
 func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgentOptions) (map[string]*GossipAgent, error) {
-	if err := InstallAgentConfinement(ctx, c, "rebound-gossip"); err != nil {
+	if err := InstallGossipConfinement(ctx, c, "rebound-gossip"); err != nil {
 		return nil, err
 	}
 	keyFile, err := writeGossipKey(filepath.Join(c.Dir, "gossip.key"))
@@ -92,7 +125,7 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 	}
 	agents := map[string]*GossipAgent{}
 	for i, n := range nodes {
-		token, err := AgentToken(ctx, c, n)
+		token, err := GossipToken(ctx, c, n)
 		if err != nil {
 			StopAll(agents)
 			return nil, err
@@ -106,23 +139,14 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 		if slices.Contains(opts.WrongKey, n) {
 			key = wrongFile
 		}
-		a := &GossipAgent{Node: n, Address: addr(i), Log: filepath.Join(c.Dir, "logs", "rebound-agent-"+n+".log"), done: make(chan struct{})}
-		f, err := os.Create(a.Log)
-		if err != nil {
+		a := &GossipAgent{Node: n, Address: addr(i), Log: filepath.Join(c.Dir, "logs", "rebound-agent-"+n+".log"), binary: opts.Binary,
+			args: []string{"agent", "--gossip-only", "--node-name", n, "--kubeconfig", kubeconfig,
+				"--gossip-key-file", key, "--gossip-bind-address", addr(i), "--gossip-port", fmt.Sprint(GossipPort),
+				"--gossip-join", strings.Join(join, ","), "--health-addr", "", "--metrics-bind-address", "0"}}
+		if err := a.start(); err != nil {
 			StopAll(agents)
 			return nil, err
 		}
-		a.cmd = exec.Command(opts.Binary, "agent", "--gossip-only", "--node-name", n, "--kubeconfig", kubeconfig,
-			"--gossip-key-file", key, "--gossip-bind-address", a.Address, "--gossip-port", fmt.Sprint(GossipPort),
-			"--gossip-join", strings.Join(join, ","), "--health-addr", "", "--metrics-bind-address", "0")
-		a.cmd.Stdout, a.cmd.Stderr = f, f
-		a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := a.cmd.Start(); err != nil {
-			f.Close()
-			StopAll(agents)
-			return nil, fmt.Errorf("start the agent of %s: %w", n, err)
-		}
-		go func() { _ = a.cmd.Wait(); f.Close(); close(a.done) }()
 		agents[n] = a
 	}
 	return agents, nil

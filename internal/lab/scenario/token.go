@@ -79,3 +79,27 @@ func InstallAgentConfinement(ctx context.Context, c *sandbox.Cluster, owner stri
 func AgentToken(ctx context.Context, c *sandbox.Cluster, node string) (string, error) {
 	return NodeBoundToken(ctx, c, AgentServiceAccount, "rebound-agent-"+node, node)
 }
+
+// GossipServiceAccount is the gossip members' identity, as deploy/gossip
+// defines it (in AgentNamespace).
+const GossipServiceAccount = "rebound-gossip"
+
+// InstallGossipConfinement applies deploy/gossip's confinement: the
+// PeeringReport CRD, the agents' namespace, the members' ServiceAccount
+// and RBAC and their ValidatingAdmissionPolicies (not their DaemonSet:
+// tests run the members as processes).
+func InstallGossipConfinement(ctx context.Context, c *sandbox.Cluster, owner string) error {
+	cl, err := install.NewClient(c.Config)
+	if err != nil {
+		return err
+	}
+	_, err = install.Apply(ctx, cl, install.ApplyOptions{FieldManager: owner},
+		deploy.PeeringReportCRD, deploy.AgentNamespace, deploy.GossipRBAC, deploy.GossipAdmission)
+	return err
+}
+
+// GossipToken is a token of the gossip members' ServiceAccount bound to
+// node, as its DaemonSet's pod has (InstallGossipConfinement first).
+func GossipToken(ctx context.Context, c *sandbox.Cluster, node string) (string, error) {
+	return NodeBoundToken(ctx, c, GossipServiceAccount, "rebound-gossip-"+node, node)
+}
