@@ -71,18 +71,11 @@ type S15Result struct {
 
 // RunS15 plays S15 on a running sandbox.
 func RunS15(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S15Options) (S15Result, error) {
-	res := S15Result{Before: map[string][]types.UID{}, After: map[string][]types.UID{}}
+	res := S15Result{After: map[string][]types.UID{}}
 	grace := c.Timings.NodeMonitorGracePeriod
-	for _, w := range opts.Workloads {
-		obsCtx, stop := context.WithCancel(ctx)
-		err := deployOnPreferredNode(ctx, c, tl, Observe(obsCtx, c, tl, w), w)
-		stop()
-		if err != nil {
-			return res, err
-		}
-		if res.Before[w.String()], err = podUIDs(ctx, c, w); err != nil {
-			return res, err
-		}
+	var err error
+	if res.Before, err = deployRecorded(ctx, c, tl, opts.Workloads); err != nil {
+		return res, err
 	}
 	var peers *peerRemovals
 	if opts.PeerSet.Name != "" {
@@ -147,7 +140,6 @@ func RunS15(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S15Optio
 			return res, err
 		}
 	}
-	var err error
 	if res.StallEnd, err = stallEnd(ctx, c, back); err != nil {
 		return res, err
 	}

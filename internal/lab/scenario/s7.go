@@ -185,18 +185,11 @@ type S7PartitionResult struct {
 
 // RunS7Partition plays S7 (control-plane partition) on a running sandbox.
 func RunS7Partition(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S7PartitionOptions) (S7PartitionResult, error) {
-	res := S7PartitionResult{Before: map[string][]types.UID{}, After: map[string][]types.UID{}}
+	res := S7PartitionResult{After: map[string][]types.UID{}}
 	grace := c.Timings.NodeMonitorGracePeriod
-	for _, w := range opts.Workloads {
-		obsCtx, stop := context.WithCancel(ctx)
-		err := deployOnPreferredNode(ctx, c, tl, Observe(obsCtx, c, tl, w), w)
-		stop()
-		if err != nil {
-			return res, err
-		}
-		if res.Before[w.String()], err = podUIDs(ctx, c, w); err != nil {
-			return res, err
-		}
+	var err error
+	if res.Before, err = deployRecorded(ctx, c, tl, opts.Workloads); err != nil {
+		return res, err
 	}
 
 	tl.Step("stop every node at once (%s): the control plane no longer hears from any", strings.Join(c.NodeNames, ", "))
@@ -376,4 +369,22 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// deployRecorded deploys each workload on its preferred node and returns its
+// pods' UIDs by workload, to compare with after the scenario.
+func deployRecorded(ctx context.Context, c *sandbox.Cluster, tl *Timeline, workloads []Workload) (map[string][]types.UID, error) {
+	uids := map[string][]types.UID{}
+	for _, w := range workloads {
+		obsCtx, stop := context.WithCancel(ctx)
+		err := deployOnPreferredNode(ctx, c, tl, Observe(obsCtx, c, tl, w), w)
+		stop()
+		if err != nil {
+			return uids, err
+		}
+		if uids[w.String()], err = podUIDs(ctx, c, w); err != nil {
+			return uids, err
+		}
+	}
+	return uids, nil
 }
