@@ -79,7 +79,7 @@ func (e *explainer) bgpMembers(names []string, st peering.State) map[string]BGPM
 	for _, name := range names {
 		pnodes = append(pnodes, kube.PlannerNode(e.nodes[name].node))
 	}
-	res := peering.Plan(peering.Input{Nodes: pnodes, Reports: e.x.PeeringReports, State: st, Config: e.x.Peering}, e.now)
+	res := peering.Plan(peering.Input{Nodes: pnodes, Reports: e.x.PeeringReports, Leases: e.x.Leases, State: st, Config: e.x.Peering}, e.now)
 	if ps := e.x.PeerSet; ps != nil && ps.Frozen {
 		b.Frozen, b.FrozenReason = true, ps.FrozenReason
 		at := ps.PublishedAt.UTC()
