@@ -80,10 +80,12 @@ type GossipWatch struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Node string `json:"node"`
-	// State is Alive (its last direct probe was answered) or Dead (the
-	// membership declared it dead and this agent's own direct probes
-	// went unanswered too).
-	// +kubebuilder:validation:Enum=Alive;Dead
+	// State is Alive (its last direct probe, at the address the API
+	// holds for it, was answered), Dead (the membership declared it dead
+	// and neither the member nor its host answered this agent's own
+	// probes) or MemberDown (the member does not answer, its host does:
+	// no vote).
+	// +kubebuilder:validation:Enum=Alive;Dead;MemberDown
 	State string `json:"state"`
 	// Since is when this agent's probes first saw the member in State
 	// (the agent's clock).

@@ -63,8 +63,19 @@ type Report struct {
 
 // Gossip states of a watched member.
 const (
+	// GossipAlive: the member answered this agent's direct probes at the
+	// address the API holds for it.
 	GossipAlive = "Alive"
-	GossipDead  = "Dead"
+	// GossipDead: the membership has it dead, and neither the member (at
+	// the API's address) nor its host (the kubelet's port at the Node's
+	// address) answered this agent's own probes: the host is silent.
+	GossipDead = "Dead"
+	// GossipMemberDown: the member does not answer but its host does (a
+	// connection to the kubelet's port was accepted or refused: a live
+	// kernel). The node lives; rebound's member on it does not (a
+	// rollout, a crash, another key). It is no vote either way: it
+	// abstains, and it is what the controller's disagreement read counts.
+	GossipMemberDown = "MemberDown"
 )
 
 // GossipReport is one agent's first-hand read of the members it watches on
@@ -85,7 +96,7 @@ type GossipReport struct {
 // Watch is what one agent's own probes say of one member.
 type Watch struct {
 	Node string
-	// State is GossipAlive or GossipDead.
+	// State is GossipAlive, GossipDead or GossipMemberDown.
 	State string
 	// Since is when the agent's probes first saw the member in State (the
 	// agent's clock); zero when unknown.
@@ -136,8 +147,8 @@ func (g *GossipReport) Validate(reporter string) error {
 		case i > 0 && g.Watches[i-1].Node >= w.Node:
 			errs = append(errs, fmt.Errorf("report %s: gossip.watches[%d].node %q is listed twice or out of order (want sorted by node)", reporter, i, w.Node))
 		}
-		if w.State != GossipAlive && w.State != GossipDead {
-			errs = append(errs, fmt.Errorf("report %s: gossip.watches[%d].state %q: want %s or %s", reporter, i, w.State, GossipAlive, GossipDead))
+		if w.State != GossipAlive && w.State != GossipDead && w.State != GossipMemberDown {
+			errs = append(errs, fmt.Errorf("report %s: gossip.watches[%d].state %q: want %s, %s or %s", reporter, i, w.State, GossipAlive, GossipDead, GossipMemberDown))
 		}
 	}
 	return errors.Join(errs...)
