@@ -56,15 +56,15 @@ type testMember struct {
 }
 
 type cluster struct {
-	t       *testing.T
-	key     []byte
+	t   *testing.T
+	key []byte
 	// book is the API's addresses, shared by the members: each member's,
 	// and a host for each that accepts (liveHost) or drops (deadHost).
 	book               *StaticBook
 	liveHost, deadHost netip.AddrPort
-	log     *syncBuffer
-	members map[string]*testMember
-	names   []string
+	log                *syncBuffer
+	members            map[string]*testMember
+	names              []string
 }
 
 func newCluster(t *testing.T) *cluster {
