@@ -107,6 +107,8 @@ func (b *APIBook) Start(ctx context.Context) error {
 			}
 		}
 	}
+	// The handlers deliver the first list asynchronously: read it now.
+	b.recompute()
 	return nil
 }
 
