@@ -159,4 +159,3 @@ func TestAPIBook(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-

@@ -1,0 +1,89 @@
+package gossip
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"net/netip"
+	"testing"
+	"time"
+
+	"rebound/internal/testing/gossipforge"
+	"rebound/pkg/liveness"
+)
+
+// TestForgedSequenceIsNoVote: a key holder forges the sequence that used
+// to make a live member's watchers vote it Dead ("X left" at the highest
+// incarnation, "X alive at an address where nothing answers", "X dead")
+// and sends it to every other member. The alive message is refused (the
+// API has X elsewhere); the departure makes each watcher probe X, at the
+// API's address, where X answers: its watchers never write it Dead (nor
+// MemberDown) and hold it Alive throughout.
+//
+// Not parallel: a watcher starved of CPU by the other tests' members
+// would miss X's answers, which is what a loaded node would do, but not
+// what this test is about.
+func TestForgedSequenceIsNoVote(t *testing.T) {
+	c := newCluster(t)
+	c.startMany("forged", addrs(0, 80, 5)...)
+	c.converged(15 * time.Second)
+	x := c.names[2]
+	watchers := liveness.Watchers(x, c.names, liveness.DefaultWatchers)
+	before := map[string]int{}
+	var to []netip.AddrPort
+	for _, n := range c.names {
+		before[n] = c.members[n].w.count()
+		if n != x {
+			to = append(to, c.members[n].Addr())
+		}
+	}
+	// Where nothing answers: the silent host stand-in's address.
+	bogus := c.deadHost
+	forger := c.names[0]
+	if forger == x {
+		forger = c.names[1]
+	}
+	f := gossipforge.Forger{Key: c.key, From: forger}
+	if err := f.SendAll(to, gossipforge.ForgedSequence(x, bogus)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Send(c.members[x].Addr(), gossipforge.Left(x, math.MaxUint32)); err != nil {
+		t.Fatal(err)
+	}
+	// The forgery took: each watcher's membership had X gone, and each
+	// probed X itself and got its answer (logged once per episode).
+	contested := []byte("but it answers this agent's direct probes: no Dead vote\" plane=gossip member=" + x)
+	err := pollUntil(context.Background(), 10*time.Second, func() bool {
+		return bytes.Count([]byte(c.log.String()), contested) >= len(watchers)
+	})
+	if err != nil {
+		t.Fatalf("the forged departure did not reach the watchers %v of %s: %v\nlog:\n%s", watchers, x, err, c.log)
+	}
+	// The forged alive at the bogus address was refused.
+	refused := uint64(0)
+	for _, n := range c.names {
+		refused += c.members[n].refused.snapshot()[refusedAddress]
+	}
+	if refused == 0 {
+		t.Errorf("no member refused the forged alive of %s at %s", x, bogus)
+	}
+	// Several recheck intervals: X stays Alive with every watcher.
+	deadline := time.Now().Add(3 * c.members[watchers[0]].recheck)
+	for time.Now().Before(deadline) {
+		for _, w := range watchers {
+			if s := watchOf(c.members[w].Report(), x); s != liveness.GossipAlive {
+				t.Fatalf("%s has %s %q after the forgery, want Alive\nlog:\n%s", w, x, s, c.log)
+			}
+		}
+		if err := sleepCtx(context.Background(), 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range c.names {
+		for _, g := range c.members[n].w.since(before[n]) {
+			if s := watchOf(g, x); s != "" && s != liveness.GossipAlive {
+				t.Errorf("%s wrote %s %s after the forgery", n, x, s)
+			}
+		}
+	}
+}
