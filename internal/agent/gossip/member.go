@@ -1,23 +1,38 @@
 // Package gossip is the agents' gossip plane: each `rebound agent` is a
 // member of a SWIM membership of the cluster's agents (memberlist, the
-// library MetalLB's speakers use), and writes what its OWN direct probes
-// say of the few members it watches into its PeeringReport's gossip field.
+// library MetalLB's speakers use), and writes what its OWN probes say of
+// the few members it watches into its PeeringReport's gossip field.
 //
 // memberlist finds a dead member within seconds: every member probes one
 // other every probe interval, asks a few others to probe it indirectly
 // when it does not answer, suspects it, and declares it dead when the
 // suspicion is not refuted in time. That verdict is then relayed to all.
-// But relayed state is only hearsay: any member can broadcast any
-// other's death. So an agent votes Dead only for a member it watches
-// (liveness.Watched: the k members before it on the hash ring of the
-// members it has seen), only when the membership has declared it dead,
-// and only after its own direct probes went unanswered too (watch.go).
-// The controller counts a death when a quorum of the member's watchers
-// say Dead, none says Alive, and the node's Lease is stale as well.
+// But relayed state is only hearsay: the key authenticates membership,
+// not the sender, and any node holds the key, so any of them can
+// broadcast any other's death, its departure, or its "return" at an
+// address where nothing answers. So membership state only triggers
+// probes, and the probes go to the addresses the API holds (AddressBook:
+// the member pod's EndpointSlice entry, the Node's address and kubelet
+// port), never to one relayed through the gossip; memberlist's alive
+// delegate refuses a member the API does not list, or announced at
+// another address.
+//
+// An agent writes, for each member it watches (liveness.Watched: the k
+// members before it on the hash ring of the members it has seen): Alive
+// when the membership has it alive or it answers a ping at the API's
+// address; MemberDown when it does not but its host does (a TCP
+// connection to the kubelet's port accepted or refused: a live kernel; a
+// rollout, a crash, another key), which is no vote; Dead only when the
+// member and its host are both silent; and nothing when it cannot tell
+// (no address in the API). The rule is watch.go's. The controller counts
+// a death when a quorum of the member's watchers say Dead, none says
+// Alive, and the node's Lease is stale as well.
 //
 // Each member watches k others, so a death is written by k agents
 // whatever the cluster's size, and nothing is written while nothing
-// changes but a refresh every report interval.
+// changes but a refresh every report interval. The keyring is re-read
+// from --gossip-key-file (keys.go), so that a key is rotated without a
+// split.
 package gossip
 
 import (
