@@ -756,7 +756,7 @@ func (a *Agent) gossipHandler() http.Handler {
 		m := a.Gossip()
 		if m == nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "not ready: the gossip member has not started (resolving this node's address)")
+			fmt.Fprintln(w, "not ready: the gossip member has not started (resolving this node's address, or listing the members' addresses from the API)")
 			return
 		}
 		st := m.Status()

@@ -205,6 +205,8 @@ func TestGossipOnlyAgents(t *testing.T) {
 		`rebound_agent_gossip_members{node="node-a"} 2`,
 		`rebound_agent_gossip_watched_members{node="node-a",state="Alive"} 1`,
 		`rebound_agent_gossip_report_writes_total{node="node-a",outcome="failed"} 0`,
+		`rebound_agent_gossip_refused_members_total{node="node-a",reason="UnknownToTheAPI"} 0`,
+		`rebound_agent_gossip_watched_members{node="node-a",state="MemberDown"} 0`,
 	} {
 		if !strings.Contains(rec.Body.String(), want+"\n") {
 			t.Errorf("/metrics lacks %q:\n%s", want, rec.Body.String())

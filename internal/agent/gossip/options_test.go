@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"rebound/internal/agent"
 	"rebound/internal/agent/gossip"
@@ -69,6 +70,11 @@ func TestAgentGossipOptions(t *testing.T) {
 		{"seeds without a key", agent.Options{NodeName: "node-a", RejoinOnly: true, Gossip: agent.GossipOptions{Join: []string{"10.0.0.1"}}}, "--gossip-join and --gossip-bind-address need --gossip-key-file"},
 		{"gossip beside BIRD still checks BIRD", with(func(o *agent.Options) { o.GossipOnly = false }), "--bird-socket"},
 		{"gossip only without a node name", with(func(o *agent.Options) { o.NodeName = "" }), "--node-name"},
+		{"a keyring of two keys", gossipOn(agent.Options{Gossip: agent.GossipOptions{KeyFile: writeFile(t, []byte(base64.StdEncoding.EncodeToString(key32)+"\n"+base64.StdEncoding.EncodeToString(key32[:16])+"\n"))}}), ""},
+		{"a bad second line", gossipOn(agent.Options{Gossip: agent.GossipOptions{KeyFile: writeFile(t, []byte(base64.StdEncoding.EncodeToString(key32)+"\n???\n"))}}), "line 2: not base64"},
+		{"negative key reload interval", gossipOn(agent.Options{Gossip: agent.GossipOptions{KeyReloadInterval: -time.Second}}), "--gossip-key-reload-interval -1s"},
+		{"bad gossip service", gossipOn(agent.Options{Gossip: agent.GossipOptions{Service: "Rebound_Gossip"}}), `--gossip-service "Rebound_Gossip"`},
+		{"bad gossip namespace", gossipOn(agent.Options{Gossip: agent.GossipOptions{Namespace: "a/b"}}), `--gossip-namespace "a/b"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.opts.WithDefaults().ValidateFlags()
