@@ -87,3 +87,72 @@ func TestForgedSequenceIsNoVote(t *testing.T) {
 		}
 	}
 }
+
+// TestMemberUnknownToTheAPIIsRefusedUntilListed: a member that holds the
+// key but that the API does not list is refused by the others (counted),
+// and taken in once the API lists it at its address: the book's news
+// makes the others exchange state with it.
+func TestMemberUnknownToTheAPIIsRefusedUntilListed(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.startMany("listed", addrs(0, 90, 3)...)
+	c.converged(15 * time.Second)
+	cfg := c.config("late", addrs(0, 95, 1)[0], c.key)
+	w := &recordingWriter{}
+	cfg.Writer = w
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not in the book yet (c.start would list it).
+	m.cfg.Join = []string{c.members[c.names[0]].seed()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	first := c.members[c.names[0]]
+	err = pollUntil(context.Background(), 10*time.Second, func() bool {
+		return first.refused.snapshot()[refusedUnknown] > 0
+	})
+	if err != nil {
+		t.Fatalf("%s did not refuse a member the API does not list: %v\nlog:\n%s", c.names[0], err, c.log)
+	}
+	for _, n := range c.names {
+		if c.members[n].aliveAt("late", m.Addr()) {
+			t.Fatalf("%s took in a member the API does not list", n)
+		}
+	}
+	// Wait until its own announcements have stopped (memberlist
+	// retransmits each a few times): from then on only the state exchange
+	// the book's news starts takes it in, not a late retransmission.
+	refusals := func() (n uint64) {
+		for _, x := range c.names {
+			n += c.members[x].refused.snapshot()[refusedUnknown]
+		}
+		return n
+	}
+	last, stableSince := refusals(), time.Now()
+	err = pollUntil(context.Background(), 15*time.Second, func() bool {
+		if n := refusals(); n != last {
+			last, stableSince = n, time.Now()
+		}
+		return time.Since(stableSince) > 1500*time.Millisecond
+	})
+	if err != nil {
+		t.Fatalf("the refused member's announcements did not stop: %v", err)
+	}
+	c.book.SetMember("late", m.Addr())
+	c.book.SetHost("late", c.liveHost)
+	err = pollUntil(context.Background(), 10*time.Second, func() bool {
+		for _, n := range c.names {
+			if !c.members[n].aliveAt("late", m.Addr()) {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatalf("the members did not take in the member once the API listed it: %v\nlog:\n%s", err, c.log)
+	}
+}
