@@ -129,7 +129,10 @@ type refusals struct {
 	quiet  map[string]uint64    // refusals not logged since, by node
 }
 
-const refusalLogEvery = 30 * time.Second
+const (
+	refusalLogEvery  = 30 * time.Second
+	refusalNodesKept = 4096
+)
 
 // add records a refusal of node for reason at now; log says whether to
 // log it, and suppressed how many were not logged before it.
@@ -140,6 +143,11 @@ func (r *refusals) add(node, reason string, now time.Time) (log bool, suppressed
 		r.counts, r.logged, r.quiet = map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
 	}
 	r.counts[reason]++
+	if len(r.logged) >= refusalNodesKept {
+		// Names are the sender's to choose: a forger could make up a
+		// new one per message. Forget them all rather than grow.
+		r.logged, r.quiet = map[string]time.Time{}, map[string]uint64{}
+	}
 	if last, ok := r.logged[node]; ok && now.Sub(last) < refusalLogEvery {
 		r.quiet[node]++
 		return false, 0
