@@ -156,3 +156,62 @@ func TestMemberUnknownToTheAPIIsRefusedUntilListed(t *testing.T) {
 		t.Fatalf("the members did not take in the member once the API listed it: %v\nlog:\n%s", err, c.log)
 	}
 }
+
+// TestStoppedMemberWithALiveHostIsMemberDown: a member stops as in a
+// rollout (it leaves the gossip) or a crash (killed, no leave), while its
+// host still answers: its watchers write it MemberDown, never Dead; and
+// once its host goes silent too, Dead.
+func TestStoppedMemberWithALiveHostIsMemberDown(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		from byte // the members' addresses, 127.0.0.from on
+		stop func(*testMember)
+	}{
+		{"left (a rollout)", 100, func(m *testMember) { m.stop() }},
+		{"killed (a crash)", 110, func(m *testMember) { m.kill(); m.stop() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			c.startMany("down", addrs(0, tc.from, 5)...)
+			c.converged(15 * time.Second)
+			x := c.names[3]
+			watchers := liveness.Watchers(x, c.names, liveness.DefaultWatchers)
+			before := map[string]int{}
+			for _, w := range watchers {
+				before[w] = c.members[w].w.count()
+			}
+			tc.stop(c.members[x])
+			err := pollUntil(context.Background(), 15*time.Second, func() bool {
+				for _, w := range watchers {
+					if last, _ := c.members[w].w.last(); watchOf(last, x) != liveness.GossipMemberDown {
+						return false
+					}
+				}
+				return true
+			})
+			if err != nil {
+				t.Fatalf("the watchers %v of the stopped %s did not all write it MemberDown: %v\nlog:\n%s", watchers, x, err, c.log)
+			}
+			for _, w := range watchers {
+				for _, g := range c.members[w].w.since(before[w]) {
+					if watchOf(g, x) == liveness.GossipDead {
+						t.Errorf("%s wrote the stopped %s Dead while its host answered", w, x)
+					}
+				}
+			}
+			// Now the host dies too.
+			c.book.SetHost(x, c.deadHost)
+			err = pollUntil(context.Background(), 15*time.Second, func() bool {
+				for _, w := range watchers {
+					if last, _ := c.members[w].w.last(); watchOf(last, x) != liveness.GossipDead {
+						return false
+					}
+				}
+				return true
+			})
+			if err != nil {
+				t.Fatalf("the watchers %v did not write %s Dead once its host was silent: %v", watchers, x, err)
+			}
+		})
+	}
+}
