@@ -96,3 +96,50 @@ func TestControllerRefusesBadDetectionSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerCalicoAPIGroupFlag: --calico-api-group takes the values of
+// calico-node's CALICO_API_GROUP and auto, any case; anything else, or the
+// flag without the Calico backend, is refused before connecting, naming
+// the flag and the accepted values.
+func TestControllerCalicoAPIGroupFlag(t *testing.T) {
+	absent := "--kubeconfig=" + t.TempDir() + "/absent"
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "auto: goes on to read its kubeconfig", args: []string{"--peering", "--calico", "--calico-api-group=auto"}, want: "absent"},
+		{name: "v1", args: []string{"--peering", "--calico", "--calico-api-group=crd.projectcalico.org/v1"}, want: "absent"},
+		{name: "v3, confd's case-insensitive spelling", args: []string{"--peering", "--calico", "--calico-api-group=ProjectCalico.org/v3"}, want: "absent"},
+		{name: "a group without a version", args: []string{"--peering", "--calico", "--calico-api-group=projectcalico.org"}, want: `--calico-api-group "projectcalico.org": want one of auto, crd.projectcalico.org/v1, projectcalico.org/v3`},
+		{name: "a typo", args: []string{"--peering", "--calico", "--calico-api-group=crd.projectcalico.org/v3"}, want: `--calico-api-group "crd.projectcalico.org/v3": want one of`},
+		{name: "without --calico", args: []string{"--peering", "--calico-api-group=projectcalico.org/v3"}, want: "--calico-api-group needs --calico"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := NewCommand()
+			var out strings.Builder
+			cmd.SetOut(&out)
+			cmd.SetErr(&out)
+			cmd.SetArgs(append([]string{absent}, tc.args...))
+			err := cmd.Execute()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+			if tc.want != "absent" && strings.Contains(err.Error(), "absent") {
+				t.Errorf("error %v: the controller went on to connect", err)
+			}
+		})
+	}
+}
+
+func TestControllerCalicoAPIGroupHelp(t *testing.T) {
+	f := NewCommand().Flags().Lookup("calico-api-group")
+	if f == nil || f.DefValue != "auto" {
+		t.Fatalf("--calico-api-group: %+v, want default auto", f)
+	}
+	for _, want := range []string{"CALICO_API_GROUP", "crd.projectcalico.org/v1 whenever that group is served", "projectcalico.org/v3"} {
+		if !strings.Contains(f.Usage, want) {
+			t.Errorf("--calico-api-group help %q lacks %q", f.Usage, want)
+		}
+	}
+}

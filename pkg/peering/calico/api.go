@@ -1,6 +1,7 @@
 package calico
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -108,7 +109,7 @@ func ChooseAPIGroup(setting string, v1Served, v3Served bool) (APIGroupChoice, er
 			gvk, ok = BGPPeerV3GVK, v3Served
 		}
 		if !ok {
-			return APIGroupChoice{}, fmt.Errorf("calico API group %s is set explicitly, but the API server does not serve %s (%s): install its CRDs, or set the group calico-node's confd reads (its CALICO_API_GROUP, or auto)", setting, gvk.Group, what)
+			return APIGroupChoice{}, fmt.Errorf("calico API group %s is set explicitly (controller --calico-api-group), but the API server does not serve %s (%s): install its CRDs, or set the group calico-node's confd reads (its CALICO_API_GROUP, or auto)", setting, gvk.Group, what)
 		}
 		return APIGroupChoice{GVK: gvk, Reason: fmt.Sprintf("set explicitly to %s, as CALICO_API_GROUP sets calico-node's (%s)", setting, what)}, nil
 	}
@@ -123,13 +124,17 @@ func ChooseAPIGroup(setting string, v1Served, v3Served bool) (APIGroupChoice, er
 	return APIGroupChoice{}, fmt.Errorf("the API server serves neither %s nor %s: install Calico's CRDs or drop the Calico option", Group, V3Group)
 }
 
+// ErrDiscovery marks the errors of a discovery that failed, which a
+// retry may fix, unlike a choice that failed.
+var ErrDiscovery = errors.New("calico backend: discover the API server's groups")
+
 // ServedGroups reports whether the server serves each of Calico's groups,
 // by the same discovery call as libcalico-go (ServerGroups: the group
 // list, whatever resources each group holds).
 func ServedGroups(d discovery.ServerGroupsInterface) (v1Served, v3Served bool, err error) {
 	groups, err := d.ServerGroups()
 	if err != nil {
-		return false, false, fmt.Errorf("calico backend: discover the API server's groups: %w", err)
+		return false, false, fmt.Errorf("%w: %w", ErrDiscovery, err)
 	}
 	v1Served, v3Served = servedIn(groups)
 	return v1Served, v3Served, nil
