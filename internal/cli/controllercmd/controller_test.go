@@ -2,13 +2,19 @@ package controllercmd
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 )
 
@@ -141,5 +147,54 @@ func TestControllerCalicoAPIGroupHelp(t *testing.T) {
 		if !strings.Contains(f.Usage, want) {
 			t.Errorf("--calico-api-group help %q lacks %q", f.Usage, want)
 		}
+	}
+}
+
+// apiServerServing is an API server's discovery that serves the named
+// groups.
+func apiServerServing(t *testing.T, groups ...string) *rest.Config {
+	t.Helper()
+	list := metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
+	for _, g := range groups {
+		gv := metav1.GroupVersionForDiscovery{GroupVersion: g + "/v1", Version: "v1"}
+		list.Groups = append(list.Groups, metav1.APIGroup{Name: g, Versions: []metav1.GroupVersionForDiscovery{gv}, PreferredVersion: gv})
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api":
+			_ = json.NewEncoder(w).Encode(metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"}})
+		case "/apis":
+			_ = json.NewEncoder(w).Encode(list)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return &rest.Config{Host: srv.URL}
+}
+
+// TestLogCalicoAPIGroup: at start the controller logs which group its
+// Calico BGPPeer goes to and why, or why there is none.
+func TestLogCalicoAPIGroup(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		served  []string
+		setting string
+		want    []string
+	}{
+		{"both served, auto", []string{"apps", "crd.projectcalico.org", "projectcalico.org"}, "auto", []string{"level=INFO", "apiGroup=crd.projectcalico.org/v1", "both groups are served"}},
+		{"v3 alone", []string{"projectcalico.org"}, "auto", []string{"level=INFO", "apiGroup=projectcalico.org/v3", "only projectcalico.org is served"}},
+		{"v3 forced, not served", []string{"crd.projectcalico.org"}, "projectcalico.org/v3", []string{"level=ERROR", "no API group to write it to yet", "does not serve projectcalico.org"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf strings.Builder
+			logCalicoAPIGroup(logr.FromSlogHandler(slog.NewTextHandler(&buf, nil)), apiServerServing(t, tc.served...), tc.setting)
+			for _, w := range tc.want {
+				if !strings.Contains(buf.String(), w) {
+					t.Errorf("log %q lacks %q", buf.String(), w)
+				}
+			}
+		})
 	}
 }
