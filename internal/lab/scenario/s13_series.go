@@ -20,6 +20,7 @@ import (
 	"rebound/internal/lab/sandbox"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/liveness"
+	"rebound/pkg/unreachable"
 )
 
 // S13 as a series: one death says little about two-plane detection,
@@ -59,6 +60,12 @@ type S13SeriesOptions struct {
 	Timeout, Settle time.Duration
 	// Rand draws the death offsets; nil means a random seed.
 	Rand *rand.Rand
+	// MarksPerMinute is the controller's cap on its taints within any
+	// minute (pkg/unreachable); zero means its floor,
+	// unreachable.DefaultMinMarksPerMinute, the cap up to 20 nodes. The
+	// series paces its deaths under it: a death the cap holds back would
+	// measure the cap, not the detection.
+	MarksPerMinute int
 }
 
 // S13Death is one death of a series: RunS13's figures, the victim and
@@ -121,7 +128,12 @@ func RunS13Series(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S1
 	if err := s13Service(ctx, c, w.Namespace, opts.Peer); err != nil {
 		return nil, err
 	}
+	perMinute := opts.MarksPerMinute
+	if perMinute <= 0 {
+		perMinute = unreachable.DefaultMinMarksPerMinute
+	}
 	var out []S13Death
+	var marked []time.Time // when each verdict had been seen: at or after its mark
 	victim := w.PreferNode
 	for i := range opts.Deaths {
 		if i > 0 {
@@ -134,6 +146,15 @@ func RunS13Series(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S1
 		}
 		if err := waitEndpoints(ctx, c, w.Namespace, func(ready map[string]bool) bool { return ready[victim] && ready[opts.Peer] }, settle); err != nil {
 			return out, fmt.Errorf("before death %d: %w", i+1, err)
+		}
+		if len(marked) >= perMinute {
+			// The mark perMinute deaths ago must be out of the cap's
+			// minute (a second more: the taint's time is whole seconds).
+			free := marked[len(marked)-perMinute].Add(time.Minute + time.Second)
+			tl.Step("death %d waits %.1fs, until the controller's cap of %d taints a minute has room", i+1, time.Until(free).Seconds(), perMinute)
+			if err := sleepUntil(ctx, free); err != nil {
+				return out, err
+			}
 		}
 		planned := time.Duration(rng.Int64N(int64(interval)))
 		renewed, err := waitRenewPoint(ctx, c, victim, interval, planned)
@@ -153,6 +174,7 @@ func RunS13Series(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S1
 		tl.Step("death %d: %s died %.2fs after its last renewal; verdict %.1fs, endpoint off %.1fs, replacement Ready %.1fs",
 			i+1, victim, d.Offset.Seconds(), d.Verdict.Seconds(), d.EndpointsOff.Seconds(), d.ReplacementReady.Seconds())
 		out = append(out, d)
+		marked = append(marked, time.Now())
 
 		tl.Step("%s comes back: its agent restarts and its Lease renews again", victim)
 		if err := opts.Revive(victim); err != nil {
@@ -241,15 +263,20 @@ func waitRenewPoint(ctx context.Context, c *sandbox.Cluster, node string, interv
 	if err != nil {
 		return time.Time{}, fmt.Errorf("the Lease of %s not renewed within %s of %s: %w", node, 3*interval, first.Format(time.RFC3339Nano), err)
 	}
-	// A moment on the clock, not a condition: a timer is the wait.
-	t := time.NewTimer(time.Until(renewed.Add(offset)))
+	return renewed, sleepUntil(ctx, renewed.Add(offset))
+}
+
+// sleepUntil waits for a moment on the clock, not a condition: a timer is
+// the wait.
+func sleepUntil(ctx context.Context, at time.Time) error {
+	t := time.NewTimer(time.Until(at))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return time.Time{}, ctx.Err()
+		return ctx.Err()
 	case <-t.C:
+		return nil
 	}
-	return renewed, nil
 }
 
 // waitS13Healthy waits until node is alive again on both planes: the API
