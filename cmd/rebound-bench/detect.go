@@ -52,10 +52,12 @@ gossiping agents on every node and a TwoPlanes policy (maxUnavailableTime
 pod then, at a uniformly random point of its Lease's renew interval (where
 in the interval a node dies decides how long its Lease still looks
 fresh), measures, brings the node back and waits until both planes hold
-it alive again. Printed from each death: the verdict, the endpoint off,
-the replacement Ready; for rebound their median and worst. About 6
-minutes (the lane without rebound waits for upstream's 350 s; 10 deaths
-with rebound take about as long), longer with more --deaths.
+it alive again. The controller taints at most 2 nodes a minute on 5
+nodes (its safety cap), so the deaths go two a minute: 10 take about 5
+minutes, while the lane without rebound waits for upstream's 350 s.
+Printed from each death: where in the renew interval it came, the
+verdict, the endpoint off, the replacement Ready; for rebound their
+median and worst. About 7 minutes with the default 10 deaths.
 
 Then, for each --nodes size, that many gossip members in this process on
 loopback addresses: the bytes per second each agent sends and receives in
@@ -63,7 +65,7 @@ the steady state, and how long after one member is killed a quorum of its
 watchers has written it dead.
 
   rebound-bench detect                   # both, with --nodes 30,100
-  rebound-bench detect --deaths 30 --nodes 30      # a tighter median and worst
+  rebound-bench detect --deaths 30 --nodes 30      # a firmer worst: 15 minutes
   rebound-bench detect --skip-s13 --nodes 30,300   # on 8 cores or more
 
 Flags:
