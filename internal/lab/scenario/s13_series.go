@@ -151,8 +151,8 @@ func RunS13Series(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S1
 			// The mark perMinute deaths ago must be out of the cap's
 			// minute (a second more: the taint's time is whole seconds).
 			free := marked[len(marked)-perMinute].Add(time.Minute + time.Second)
-			if wait := time.Until(free); wait > 0 {
-				tl.Step("death %d waits %.1fs, until the controller's cap of %d taints a minute has room", i+1, wait.Seconds(), perMinute)
+			if left := time.Until(free); left > 0 {
+				tl.Step("death %d waits %.1fs, until the controller's cap of %d taints a minute has room", i+1, left.Seconds(), perMinute)
 				if err := sleepUntil(ctx, free); err != nil {
 					return out, err
 				}
