@@ -128,6 +128,9 @@ func RunS13Series(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S1
 	if err := s13Service(ctx, c, w.Namespace, opts.Peer); err != nil {
 		return nil, err
 	}
+	if err := waitSteadyNodes(ctx, c, tl); err != nil {
+		return nil, err
+	}
 	perMinute := opts.MarksPerMinute
 	if perMinute <= 0 {
 		perMinute = unreachable.DefaultMinMarksPerMinute
@@ -191,6 +194,36 @@ func RunS13Series(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S1
 		tl.Step("%s healthy again on both planes (no %s taint, its watchers read it Alive)", victim, UnreachableTaint)
 	}
 	return out, nil
+}
+
+// waitSteadyNodes waits until every node has been Ready for a node grace
+// period, as in a cluster in its steady state. A fresh sandbox's nodes
+// all just became Ready, and rebound holds early rescues until a grace
+// after the first return of the nodes Ready now (a full disruption may
+// have just ended): a death before would measure that hold.
+func waitSteadyNodes(ctx context.Context, c *sandbox.Cluster, tl *Timeline) error {
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the nodes: %w", err)
+	}
+	var last time.Time
+	for _, n := range nodes.Items {
+		cond := kubestatus.NodeReadyCondition(&n)
+		if cond == nil || cond.Status != corev1.ConditionTrue {
+			return fmt.Errorf("node %s is not Ready: the series starts on a healthy cluster", n.Name)
+		}
+		if cond.LastTransitionTime.After(last) {
+			last = cond.LastTransitionTime.Time
+		}
+	}
+	// A second more: the transition's time is whole seconds.
+	steady := last.Add(c.Timings.NodeMonitorGracePeriod + time.Second)
+	if left := time.Until(steady); left > 0 {
+		tl.Step("the nodes became Ready at %s: the first death waits %.1fs, until they have been Ready for a node grace (%s)",
+			last.Format("15:04:05"), left.Seconds(), c.Timings.NodeMonitorGracePeriod)
+		return sleepUntil(ctx, steady)
+	}
+	return nil
 }
 
 // s13Round is one RunS13 with victim as the workload's node, its watchers
