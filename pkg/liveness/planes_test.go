@@ -35,12 +35,15 @@ func newGossipWorld(n int) *gossipWorld {
 	return w
 }
 
-// say sets what watcher reports of node.
+// say sets what watcher reports of node, as its agent does: a new state
+// is seen since now (a second ago).
 func (w *gossipWorld) say(watcher, node, state string) {
 	g := w.gossip[watcher]
 	for i := range g.Watches {
 		if g.Watches[i].Node == node {
-			g.Watches[i].State = state
+			if g.Watches[i].State != state {
+				g.Watches[i].State, g.Watches[i].Since = state, ago(time.Second)
+			}
 			return
 		}
 	}
