@@ -86,9 +86,10 @@ type Distrust struct {
 
 // DistrustTracker keeps the history of WatchersSayDead disagreements
 // across passes: feed it every assessment (Observe), and give each pass
-// its Distrust. It starts empty at its start time, and a process that
-// just started knows nothing of what the planes did before: Distrust then
-// holds early judgement for one window (fail open).
+// its Distrust. Its history starts with its first use (the first pass of
+// a process, or of a new leader), and a process that just started knows
+// nothing of what the planes did before: Distrust then holds early
+// judgement for one window (fail open). The zero value is ready.
 type DistrustTracker struct {
 	mu    sync.Mutex
 	start time.Time
@@ -100,6 +101,15 @@ func NewDistrustTracker(start time.Time) *DistrustTracker {
 	return &DistrustTracker{start: start, last: map[string]time.Time{}}
 }
 
+func (t *DistrustTracker) begin(now time.Time) {
+	if t.start.IsZero() {
+		t.start = now
+	}
+	if t.last == nil {
+		t.last = map[string]time.Time{}
+	}
+}
+
 // Observe records a's WatchersSayDead disagreements as seen at now, and
 // forgets nodes last seen longer ago than MaxGossipDistrustWindow.
 func (t *DistrustTracker) Observe(a Assessment, now time.Time) {
@@ -108,6 +118,7 @@ func (t *DistrustTracker) Observe(a Assessment, now time.Time) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.begin(now)
 	for name, d := range a.Disagreements {
 		if d.Reason == WatchersSayDead && now.After(t.last[name]) {
 			t.last[name] = now
@@ -120,14 +131,15 @@ func (t *DistrustTracker) Observe(a Assessment, now time.Time) {
 	}
 }
 
-// Distrust returns the history for Input.Distrust: a copy the caller
-// owns. A nil tracker has none (nil: no history kept).
-func (t *DistrustTracker) Distrust() *Distrust {
+// Distrust returns the history for Input.Distrust at now: a copy the
+// caller owns. A nil tracker has none (nil: no history kept).
+func (t *DistrustTracker) Distrust(now time.Time) *Distrust {
 	if t == nil {
 		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.begin(now)
 	d := &Distrust{Since: t.start, LastSaid: make(map[string]time.Time, len(t.last))}
 	for n, at := range t.last {
 		d.LastSaid[n] = at
@@ -212,6 +224,10 @@ func (p *planes) distrust(order []string, history *Distrust, out *Assessment) {
 		h.Reason, h.Until = HoldShare, ends[h.Distrusted-h.Max-1]
 		h.Detail = fmt.Sprintf("the gossip plane disagreed with the Lease plane about %d of %d Ready nodes within --gossip-distrust-window %s, more than the %d --gossip-distrust-share %g allows: no node is judged early by its gossip plane",
 			h.Distrusted, h.Ready, window, h.Max, p.opts.GossipDistrustShare)
+	}
+	if h.Reason != "" && len(p.ring) > 0 {
+		// Look again when it ends: the verdicts may change then.
+		p.wakeAt(h.Until.Add(time.Millisecond))
 	}
 	p.hold = func(name string) (time.Time, string) {
 		if h.Reason != "" {

@@ -250,7 +250,7 @@ func TestDistrustTracker(t *testing.T) {
 		w.say(x, victim, GossipDead)
 	}
 	// Pass 1: the Lease renews, the watchers say Dead.
-	a := w.assessAt(t0, tr.Distrust(), Options{})
+	a := w.assessAt(t0, tr.Distrust(t0), Options{})
 	if a.Disagreements[victim].Reason != WatchersSayDead {
 		t.Fatalf("no disagreement: %+v", a.Disagreements)
 	}
@@ -268,7 +268,7 @@ func TestDistrustTracker(t *testing.T) {
 			w.gossip[x].Watches[i].Since = time.Time{} // the agent does not say since when
 		}
 	}
-	a = w.assessAt(later, tr.Distrust(), Options{})
+	a = w.assessAt(later, tr.Distrust(t0), Options{})
 	tr.Observe(a, later)
 	if v := a.Of(victim); v.Verdict == Dead || !v.HeldUntil.Equal(t0.Add(DefaultGossipDistrustWindow)) {
 		t.Fatalf("%s held until %s, want held until %s: %s", v.Verdict, v.HeldUntil, t0.Add(DefaultGossipDistrustWindow), v.Reason)
@@ -286,16 +286,20 @@ func TestDistrustTracker(t *testing.T) {
 	for _, x := range w.watchers(victim) {
 		w.gossip[x].ObservedAt = end.Add(-time.Second)
 	}
-	if v := w.assessAt(end, tr.Distrust(), Options{}).Of(victim); v.Verdict != Dead {
+	if v := w.assessAt(end, tr.Distrust(t0), Options{}).Of(victim); v.Verdict != Dead {
 		t.Fatalf("past the window, %s: %s", v.Verdict, v.Reason)
 	}
 	// Forgotten past the longest window.
 	tr.Observe(Assessment{}, t0.Add(MaxGossipDistrustWindow+time.Minute))
-	if d := tr.Distrust(); len(d.LastSaid) != 0 || !d.Since.Equal(ago(time.Hour)) {
+	if d := tr.Distrust(t0); len(d.LastSaid) != 0 || !d.Since.Equal(ago(time.Hour)) {
 		t.Fatalf("history %+v", d)
 	}
+	var lazy DistrustTracker // the zero value starts with its first use
+	if d := lazy.Distrust(t0); !d.Since.Equal(t0) {
+		t.Fatalf("a new tracker's history starts at %s, want its first use %s", d.Since, t0)
+	}
 	var none *DistrustTracker
-	if none.Distrust() != nil {
+	if none.Distrust(t0) != nil {
 		t.Fatal("a nil tracker has a history")
 	}
 }
