@@ -225,7 +225,7 @@ func (p *planes) distrust(order []string, history *Distrust, out *Assessment) {
 		h.Detail = fmt.Sprintf("the gossip plane disagreed with the Lease plane about %d of %d Ready nodes within --gossip-distrust-window %s, more than the %d --gossip-distrust-share %g allows: no node is judged early by its gossip plane",
 			h.Distrusted, h.Ready, window, h.Max, p.opts.GossipDistrustShare)
 	}
-	if h.Reason != "" && len(p.ring) > 0 {
+	if h.Reason != "" {
 		// Look again when it ends: the verdicts may change then.
 		p.wakeAt(h.Until.Add(time.Millisecond))
 	}
