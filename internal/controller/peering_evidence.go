@@ -7,14 +7,19 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering/kube"
+	"rebound/pkg/rescue/execute"
 )
+
+// ReasonGossipPlaneDisagrees is the Node Event of a disagreement between
+// the gossip and the Lease plane.
+const ReasonGossipPlaneDisagrees = "GossipPlaneDisagrees"
 
 // LivenessVerdicts gives the recovery planner its verdicts
 // (RecoveryOptions.Liveness): the clocks of the process's one
@@ -25,13 +30,13 @@ import (
 // where they gossip), the agents' PeeringReports from the manager's
 // cache. When the reports cannot be read the verdicts rest on the API
 // alone, the safe side: no NotReady node counts as alive, and none as
-// dead by the network's word. recorder (nil: none) gets each node's
+// dead by the network's word. events (nil: none) records each node's
 // GossipPlaneDisagrees Event, once per disagreement.
-func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, leases *liveness.LeaseTracker, distrust *liveness.DistrustTracker, recorder events.EventRecorder, opts liveness.Options) func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
+func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, leases *liveness.LeaseTracker, distrust *liveness.DistrustTracker, events *execute.Executor, opts liveness.Options) func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
 	var (
 		metrics    verdictMetrics
 		mismatches watcherMismatches
-		disagree   = disagreements{recorder: recorder}
+		disagree   = disagreements{events: events}
 	)
 	return func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
 		firstSeen := tracker.Observe(kube.LivenessNodes(nodes), now)
@@ -58,10 +63,10 @@ func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, leases *
 // node and disagreement (not one per pass), and logs each change of the
 // cluster-wide hold.
 type disagreements struct {
-	recorder events.EventRecorder
-	mu       sync.Mutex
-	current  map[string]liveness.DisagreementReason
-	hold     string
+	events  *execute.Executor
+	mu      sync.Mutex
+	current map[string]liveness.DisagreementReason
+	hold    string
 }
 
 func (d *disagreements) observe(ctx context.Context, nodes []*corev1.Node, a liveness.Assessment) {
@@ -92,8 +97,11 @@ func (d *disagreements) observe(ctx context.Context, nodes []*corev1.Node, a liv
 		d.current[name] = dis.Reason
 		note := disagreementNote(name, dis, a)
 		log.Info("the gossip plane disagrees with the Lease plane", "node", name, "reason", dis.Reason, "detail", note)
-		if n := byName[name]; n != nil && d.recorder != nil {
-			d.recorder.Eventf(n, nil, corev1.EventTypeWarning, "GossipPlaneDisagrees", "JudgeLiveness", "%s", note)
+		if n := byName[name]; n != nil && d.events != nil {
+			ref := corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}
+			if err := d.events.EventAbout(ctx, ref, nil, "JudgeLiveness", corev1.EventTypeWarning, ReasonGossipPlaneDisagrees, note); err != nil {
+				log.Error(err, "Event not recorded", "node", name, "reason", ReasonGossipPlaneDisagrees)
+			}
 		}
 	}
 	earlyJudgementHeld.Reset()
@@ -147,4 +155,10 @@ func (w *watcherMismatches) observe(ctx context.Context, ms []liveness.WatcherMi
 		logf.FromContext(ctx).Error(m, "gossip watchers differ: this agent's votes are not all heard", "node", m.Reporter, "agentWatchers", m.Agent, "controllerWatchers", m.Controller)
 	}
 	w.logged = now
+}
+
+// EventWriter records the controller's core/v1 Events through api, as the
+// recovery and unreachable reconcilers do (LivenessVerdicts' Node Events).
+func EventWriter(api kubernetes.Interface) *execute.Executor {
+	return &execute.Executor{Client: api, Component: eventComponent}
 }

@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/kubernetes/fake"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"rebound/pkg/liveness"
@@ -94,8 +94,8 @@ func TestWatcherMismatchLog(t *testing.T) {
 func TestGossipDisagreementExport(t *testing.T) {
 	var lines []string
 	ctx := logf.IntoContext(context.Background(), funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{}))
-	rec := events.NewFakeRecorder(10)
-	d := disagreements{recorder: rec}
+	api := fake.NewClientset()
+	d := disagreements{events: EventWriter(api)}
 	nodes := []*corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, {ObjectMeta: metav1.ObjectMeta{Name: "y"}}}
 	until := time.Date(2026, 3, 1, 12, 3, 0, 0, time.UTC)
 	lying := liveness.Assessment{
@@ -105,16 +105,18 @@ func TestGossipDisagreementExport(t *testing.T) {
 	series := func(node, reason string) int {
 		return testutil.CollectAndCount(gossipDisagreement.MustCurryWith(prometheus.Labels{"node": node, "reason": reason}))
 	}
+	seen := 0
 	drain := func() []string {
-		var out []string
-		for {
-			select {
-			case e := <-rec.Events:
-				out = append(out, e)
-			default:
-				return out
-			}
+		evs, err := api.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
+		var out []string
+		for _, e := range evs.Items[seen:] {
+			out = append(out, e.Reason+": "+e.Message)
+		}
+		seen = len(evs.Items)
+		return out
 	}
 	for range 3 {
 		d.observe(ctx, nodes, lying)

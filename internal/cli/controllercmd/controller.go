@@ -158,7 +158,11 @@ upstream eviction.`,
 				// the network's plane.
 				reports = mgr.GetClient()
 			}
-			verdicts := controller.LivenessVerdicts(reports, tracker, leases, distrust, mgr.GetEventRecorder("rebound-controller"), peeringOpts.Config.WithDefaults().Evidence)
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return fmt.Errorf("API client for the verdicts' Events: %w", err)
+			}
+			verdicts := controller.LivenessVerdicts(reports, tracker, leases, distrust, controller.EventWriter(cs), peeringOpts.Config.WithDefaults().Evidence)
 			if !noRecovery {
 				recOpts.WatchReports = reports != nil
 				recOpts.Liveness = verdicts
