@@ -123,7 +123,7 @@ func CoverageOf(in Input, now time.Time) Coverage {
 // coverage is one Ready node's coverage; g is its own agent's gossip
 // read, nil when it has none.
 func (p *planes) coverage(name string, g *GossipReport) NodeCoverage {
-	ws := Watchers(name, p.ring, p.opts.Watchers)
+	ws := p.watchers(name)
 	nc := NodeCoverage{Mode: CoverageOn, Watchers: len(ws), Quorum: Quorum(len(ws)), OwnGossip: OwnGossipMissing}
 	var selfNote string
 	switch {
@@ -149,7 +149,7 @@ func (p *planes) coverage(name string, g *GossipReport) NodeCoverage {
 	}
 	var v NodeVerdict
 	_, leaseKnown := p.lease(name, &v)
-	gv := gossipVotes(name, p.ring, p.gossip, p.voter, p.opts.Watchers, loss{})
+	gv := gossipVotes(name, ws, p.gossip, p.voter, loss{})
 	var why []string
 	if !leaseKnown {
 		why = append(why, "no Lease renewal of it to time: the Lease plane says nothing of it")

@@ -158,7 +158,7 @@ func (p *planes) disagreement(name string) (Disagreement, bool) {
 		return Disagreement{}, false
 	}
 	renewed := fmt.Sprintf("its Lease renews on rebound's clock (last renewal seen %s)", stamp(v.LeaseRenewSeen))
-	g := gossipVotes(name, p.ring, p.gossip, p.voter, p.opts.Watchers, loss{})
+	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, loss{})
 	if g.watchers >= 2 && g.down >= Quorum(g.watchers) {
 		return Disagreement{Reason: WatchersSayDead, Detail: fmt.Sprintf("%d of its %d gossip watchers (%s) say Dead while %s",
 			g.down, g.watchers, strings.Join(g.downVoters, ", "), renewed)}, true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"sort"
 	"time"
 )
 
@@ -168,8 +169,7 @@ type loss struct {
 // everyone alive. MemberDown is no vote either way (the node's host
 // answers, rebound's member on it does not). Reads from before the
 // node's loss abstain (loss).
-func gossipVotes(node string, ring []string, gossip map[string]*GossipReport, voter func(string) bool, k int, at loss) gossipPlane {
-	ws := Watchers(node, ring, k)
+func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, voter func(string) bool, at loss) gossipPlane {
 	g := gossipPlane{watchers: len(ws)}
 	for _, w := range ws {
 		watch, ok := gossip[w].Of(node)
@@ -227,6 +227,7 @@ type planes struct {
 	opts   Options
 	gossip map[string]*GossipReport // fresh gossip reads, by reporter
 	ring   []string                 // their reporters
+	sorted ringOrder                // ring in ring order, for watchers
 	// hold, when set, says until when and why a node's gossip Dead votes
 	// are not counted (the distrust window, the cluster-wide stop).
 	hold func(name string) (until time.Time, why string)
@@ -256,7 +257,54 @@ func newPlanes(in Input, byName map[string]Node, now time.Time, opts Options) *p
 		p.wakeAt(r.Gossip.ObservedAt.Add(opts.ReportMaxAge).Add(time.Millisecond))
 	}
 	slices.Sort(p.ring)
+	p.sorted = newRingOrder(p.ring)
 	return p
+}
+
+// watchers is Watchers(name, p.ring, k), from the ring sorted once.
+func (p *planes) watchers(name string) []string { return p.sorted.watchers(name, p.opts.Watchers) }
+
+// ringOrder is a ring of members sorted once, so that each node's watchers
+// cost O(k + log n), not the O(n log n) of Watchers: Assess asks for every
+// node's, more than once.
+type ringOrder struct {
+	names  []string
+	hashes []uint64
+	at     map[string]int
+}
+
+func newRingOrder(members []string) ringOrder {
+	var r ringOrder
+	if len(members) == 0 {
+		return r
+	}
+	r.names = sortedRing(members[0], members)
+	r.hashes = make([]uint64, len(r.names))
+	r.at = make(map[string]int, len(r.names))
+	for i, n := range r.names {
+		r.hashes[i], r.at[n] = ringHash(n), i
+	}
+	return r
+}
+
+// watchers returns what Watchers(node, members, k) does: the k members
+// that follow node on the ring, node placed on it if it is not a member.
+func (r ringOrder) watchers(node string, k int) []string {
+	n := len(r.names)
+	i, member := r.at[node]
+	if !member {
+		h := ringHash(node)
+		// node's place among the members: the first that sorts after it.
+		i = sort.Search(n, func(j int) bool { return r.hashes[j] > h || (r.hashes[j] == h && r.names[j] > node) }) - 1
+		k = min(k, n)
+	} else {
+		k = min(k, n-1)
+	}
+	out := make([]string, 0, max(k, 0))
+	for j := 1; j <= k; j++ {
+		out = append(out, r.names[((i+j)%n+n)%n])
+	}
+	return out
 }
 
 // lease fills the Lease plane of v; known is false without one.
@@ -293,7 +341,7 @@ func (p *planes) votes(name string, v *NodeVerdict, at loss) gossipPlane {
 	if len(p.ring) == 0 {
 		return gossipPlane{}
 	}
-	g := gossipVotes(name, p.ring, p.gossip, p.voter, p.opts.Watchers, at)
+	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, at)
 	v.GossipWatchers, v.GossipDown, v.GossipUp = g.watchers, g.down, g.up
 	return g
 }

@@ -450,3 +450,25 @@ func TestWatchersSpreadNeighbours(t *testing.T) {
 		}
 	}
 }
+
+// TestRingOrderMatchesWatchers: the ring Assess sorts once gives every
+// node, member or not, the watchers Watchers gives (the agents' rule), for
+// every k and ring size.
+func TestRingOrderMatchesWatchers(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 3, 7, 40} {
+		var members []string
+		for i := range n {
+			members = append(members, fmt.Sprintf("worker-%03d", i*3))
+		}
+		r := newRingOrder(members)
+		for i := range 3*n + 2 {
+			node := fmt.Sprintf("worker-%03d", i) // every third a member
+			for k := 1; k <= MaxWatchers+1; k++ {
+				got, want := r.watchers(node, k), Watchers(node, members, k)
+				if !slices.Equal(got, want) && (len(got) != 0 || len(want) != 0) {
+					t.Fatalf("n=%d, %s, k=%d: %v, Watchers says %v", n, node, k, got, want)
+				}
+			}
+		}
+	}
+}
