@@ -54,7 +54,7 @@ func TestPlanesDisagree(t *testing.T) {
 		held     bool               // HeldUntil set
 		words    string
 	}{
-		// Finding 1: forged Dead votes about a live node.
+		// Forged Dead votes about a live node (any key holder can forge them).
 		{name: "forged quorum of Dead votes while the Lease renews: disagreement, no action", want: Alive, disagree: WatchersSayDead,
 			history: noHold(), setup: forge(time.Time{})},
 		{name: "forged votes, then the kubelet restarts within the window: held, not Dead", want: Alive, held: true, words: "--gossip-distrust-window",
@@ -75,7 +75,7 @@ func TestPlanesDisagree(t *testing.T) {
 		{name: "the history's window is over: Dead early again", want: Dead, early: true,
 			history: &Distrust{Since: ago(time.Hour), LastSaid: map[string]time.Time{victim: ago(4 * time.Minute)}},
 			setup:   func(w *gossipWorld) { forge(time.Time{})(w); w.stale(victim) }},
-		// Finding 2: members down or missing.
+		// Members down or missing: the plane measures rebound's pod.
 		{name: "its member down, its host answering: MemberDown is no vote, the Lease stale: no early action", want: Alive, words: "does not corroborate",
 			history: noHold(), setup: func(w *gossipWorld) {
 				for _, x := range w.watchers(victim) {
@@ -93,7 +93,7 @@ func TestPlanesDisagree(t *testing.T) {
 			history: noHold(), setup: func(w *gossipWorld) { w.gossip[victim].ObservedAt = ago(10 * time.Minute) }},
 		{name: "its member missing and its Lease stale: no disagreement (the planes agree something is wrong)", want: CutOffFromAPI,
 			history: noHold(), setup: func(w *gossipWorld) { delete(w.gossip, victim); w.stale(victim) }},
-		// Finding 3: a rack dies with its watchers.
+		// A rack dies with its watchers: their last Alive reads are old.
 		{name: "Ready, Lease stale, its watchers' last Alive reads from before the loss: they abstain, not CutOffFromAPI", want: Alive, words: "read before it was lost",
 			history: noHold(), setup: func(w *gossipWorld) {
 				w.stale(victim)
