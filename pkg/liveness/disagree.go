@@ -30,7 +30,7 @@ const (
 	// in fresh reads, while rebound watches its Lease renew.
 	WatchersSayDead DisagreementReason = "WatchersSayDead"
 	// MemberDown: the node is Ready with its Lease renewing, but its own
-	// member's gossip read is missing or stale while other members
+	// member's gossip read went stale while other members
 	// report, or a watcher finds its member silent while its host
 	// answers (GossipMemberDown).
 	MemberDown DisagreementReason = "MemberDown"
@@ -170,8 +170,11 @@ func (p *planes) disagreement(name string) (Disagreement, bool) {
 		return Disagreement{Reason: MemberDown, Detail: fmt.Sprintf("Ready and %s, but its gossip member is silent while its host answers, say %s",
 			renewed, strings.Join(g.memberDown, ", "))}, true
 	}
-	if _, fresh := p.gossip[name]; !fresh {
-		return Disagreement{Reason: MemberDown, Detail: fmt.Sprintf("Ready and %s, but its gossip member's read is missing or stale while %d others report (is `rebound agent --gossip-only` running on it?)",
+	// A read that went stale is a member that stopped; no read at all is
+	// a node that never ran one (a node selector on the agents, a node
+	// just added): not a disagreement, or its alert would fire for ever.
+	if _, fresh := p.gossip[name]; !fresh && p.wentQuiet[name] {
+		return Disagreement{Reason: MemberDown, Detail: fmt.Sprintf("Ready and %s, but its gossip member's read went stale while %d others report (is `rebound agent --gossip-only` still running on it?)",
 			renewed, len(p.ring))}, true
 	}
 	return Disagreement{}, false

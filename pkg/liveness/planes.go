@@ -227,6 +227,11 @@ type planes struct {
 	opts   Options
 	gossip map[string]*GossipReport // fresh gossip reads, by reporter
 	ring   []string                 // their reporters
+	// wentQuiet are the reporters whose gossip read is there but no
+	// longer fresh: a member that reported once and stopped. A node that
+	// never ran a member (an agent node selector, a node just added) has
+	// no read at all and is not among them.
+	wentQuiet map[string]bool
 	sorted ringOrder                // ring in ring order, for watchers
 	// hold, when set, says until when and why a node's gossip Dead votes
 	// are not counted (the distrust window, the cluster-wide stop).
@@ -244,15 +249,20 @@ func (p *planes) wakeAt(t time.Time) {
 }
 
 func newPlanes(in Input, byName map[string]Node, now time.Time, opts Options) *planes {
-	p := &planes{in: in, byName: byName, now: now, opts: opts, gossip: map[string]*GossipReport{}}
+	p := &planes{in: in, byName: byName, now: now, opts: opts, gossip: map[string]*GossipReport{}, wentQuiet: map[string]bool{}}
 	for _, r := range in.Reports {
-		if _, known := byName[r.Reporter]; !known || r.Gossip == nil || !freshAt(r.Gossip.ObservedAt, now, opts) {
+		if _, known := byName[r.Reporter]; !known || r.Gossip == nil {
+			continue
+		}
+		if !freshAt(r.Gossip.ObservedAt, now, opts) {
+			p.wentQuiet[r.Reporter] = true
 			continue
 		}
 		if _, dup := p.gossip[r.Reporter]; dup {
 			continue
 		}
 		p.gossip[r.Reporter] = r.Gossip
+		delete(p.wentQuiet, r.Reporter)
 		p.ring = append(p.ring, r.Reporter)
 		p.wakeAt(r.Gossip.ObservedAt.Add(opts.ReportMaxAge).Add(time.Millisecond))
 	}
