@@ -27,7 +27,8 @@ type DisagreementReason string
 // label, the GossipPlaneDisagrees Event, diagnose).
 const (
 	// WatchersSayDead: a quorum of the node's gossip watchers say Dead,
-	// in fresh reads, while rebound watches its Lease renew.
+	// in fresh reads, since before a renewal of its Lease that rebound
+	// watched.
 	WatchersSayDead DisagreementReason = "WatchersSayDead"
 	// MemberDown: the node is Ready with its Lease renewing, but its own
 	// member's gossip read went stale while other members
@@ -158,10 +159,20 @@ func (p *planes) disagreement(name string) (Disagreement, bool) {
 		return Disagreement{}, false
 	}
 	renewed := fmt.Sprintf("its Lease renews on rebound's clock (last renewal seen %s)", stamp(v.LeaseRenewSeen))
-	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, loss{})
-	if g.watchers >= 2 && g.down >= Quorum(g.watchers) {
-		return Disagreement{Reason: WatchersSayDead, Detail: fmt.Sprintf("%d of its %d gossip watchers (%s) say Dead while %s",
-			g.down, g.watchers, strings.Join(g.downVoters, ", "), renewed)}, true
+	// A lie is a quorum saying Dead since before a renewal rebound
+	// watched: the kubelet reached the API after they called it dead.
+	// Dead votes that came after the last renewal are no lie: a host that
+	// dies is voted Dead within seconds, often before its Lease has had
+	// time to go stale, and distrusting it then would delay every real
+	// death to upstream's grace.
+	at := loss{}
+	if !v.LeaseFirstSight {
+		at.renewed = v.LeaseRenewSeen
+	}
+	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, at)
+	if g.watchers >= 2 && g.refuted >= Quorum(g.watchers) {
+		return Disagreement{Reason: WatchersSayDead, Detail: fmt.Sprintf("%d of its %d gossip watchers (%s) say Dead since before a renewal of its Lease: %s",
+			g.refuted, g.watchers, strings.Join(g.refutedVoters, ", "), renewed)}, true
 	}
 	if n := p.byName[name]; !n.Ready {
 		return Disagreement{}, false

@@ -55,8 +55,10 @@ func TestPlanesDisagree(t *testing.T) {
 		words    string
 	}{
 		// Forged Dead votes about a live node (any key holder can forge them).
-		{name: "forged quorum of Dead votes while the Lease renews: disagreement, no action", want: Alive, disagree: WatchersSayDead,
-			history: noHold(), setup: forge(time.Time{})},
+		{name: "forged quorum of Dead votes, the Lease renewing after they began: disagreement, no action", want: Alive, disagree: WatchersSayDead,
+			history: noHold(), setup: forge(ago(5 * time.Second))},
+		{name: "a host death's race: Dead votes since after the last renewal, the Lease not stale yet: no disagreement, no hold", want: Alive,
+			history: noHold(), setup: forge(ago(500 * time.Millisecond))},
 		{name: "forged votes, then the kubelet restarts within the window: held, not Dead", want: Alive, held: true, words: "--gossip-distrust-window",
 			history: &Distrust{Since: ago(time.Hour), LastSaid: map[string]time.Time{victim: ago(14 * time.Second)}},
 			setup:   func(w *gossipWorld) { forge(time.Time{})(w); w.stale(victim) }},
@@ -248,8 +250,14 @@ func TestDistrustTracker(t *testing.T) {
 	w := newGossipWorld(7)
 	for _, x := range w.watchers(victim) {
 		w.say(x, victim, GossipDead)
+		g := w.gossip[x]
+		for i := range g.Watches {
+			if g.Watches[i].Node == victim {
+				g.Watches[i].Since = ago(5 * time.Second) // before the renewal seen 1 s ago
+			}
+		}
 	}
-	// Pass 1: the Lease renews, the watchers say Dead.
+	// Pass 1: the Lease renews after the watchers said Dead.
 	a := w.assessAt(t0, tr.Distrust(t0), Options{})
 	if a.Disagreements[victim].Reason != WatchersSayDead {
 		t.Fatalf("no disagreement: %+v", a.Disagreements)

@@ -134,6 +134,7 @@ type gossipPlane struct {
 	// the node's loss; refuted the Dead votes whose death began before a
 	// Lease renewal rebound watched since.
 	before, refuted int
+	refutedVoters   []string
 }
 
 func (g gossipPlane) dead() bool {
@@ -188,6 +189,7 @@ func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, vote
 			}
 			if !at.renewed.IsZero() && !watch.Since.IsZero() && watch.Since.Before(at.renewed) {
 				g.refuted++
+				g.refutedVoters = append(g.refutedVoters, w)
 				continue
 			}
 			g.down++
