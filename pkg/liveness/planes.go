@@ -234,7 +234,7 @@ type planes struct {
 	// never ran a member (an agent node selector, a node just added) has
 	// no read at all and is not among them.
 	wentQuiet map[string]bool
-	sorted ringOrder                // ring in ring order, for watchers
+	sorted    ringOrder // ring in ring order, for watchers
 	// hold, when set, says until when and why a node's gossip Dead votes
 	// are not counted (the distrust window, the cluster-wide stop).
 	hold func(name string) (until time.Time, why string)
