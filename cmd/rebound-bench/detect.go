@@ -189,7 +189,7 @@ func detectS13(ctx context.Context, bin string, fast, keep bool) error {
 	res, err := scenario.RunS13Pair(ctx, p, scenario.S13PairOptions{
 		Workload:  scenario.CriticalStandIn("node-3"),
 		Peer:      "node-0",
-		KillAgent: agents["node-3"].Kill,
+		KillAgent: agents["node-3"].HostDeath,
 	})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"rebound/internal/lab/sandbox"
 )
@@ -28,9 +34,15 @@ type GossipAgentOptions struct {
 	WrongKey []string
 }
 
-// GossipAgent is one `rebound agent --gossip-only` process.
+// GossipAgent is one `rebound agent --gossip-only` process, and the
+// stand-in of its node's host (Host).
 type GossipAgent struct {
 	Node, Address, Log string
+	// KeyFile is the agent's --gossip-key-file: rewrite it (WriteGossipKeys)
+	// and the agent reloads its keyring.
+	KeyFile string
+	// Host answers for the node's kernel at its kubelet port.
+	Host *Host
 
 	binary string
 	args   []string
@@ -78,9 +90,43 @@ func (a *GossipAgent) Kill() error {
 	return nil
 }
 
-// Stop ends the agent gracefully (SIGTERM, SIGKILL after 15 s).
+// Freeze stops the agent where it is (SIGSTOP): its sockets stay open
+// and nothing answers on them, as on a machine that lost power.
+func (a *GossipAgent) Freeze() error { return a.signal(syscall.SIGSTOP) }
+
+// Thaw lets a frozen agent run again (SIGCONT).
+func (a *GossipAgent) Thaw() error { return a.signal(syscall.SIGCONT) }
+
+func (a *GossipAgent) signal(sig syscall.Signal) error {
+	if err := a.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %v to the agent of %s: %w", sig, a.Node, err)
+	}
+	return nil
+}
+
+// HostDeath is the node's machine dying: its host drops every packet
+// (never refusing) and its agent freezes, its gossip unanswered. The
+// Lease is the caller's (c.StopNode), as the kubelet is the sandbox's.
+func (a *GossipAgent) HostDeath() error {
+	if err := a.Host.Silence(); err != nil {
+		return err
+	}
+	return a.Freeze()
+}
+
+// HostRevive undoes HostDeath: the host answers, the agent runs on.
+func (a *GossipAgent) HostRevive() error {
+	if err := a.Host.Revive(); err != nil {
+		return err
+	}
+	return a.Thaw()
+}
+
+// Stop ends the agent gracefully (SIGTERM, SIGKILL after 15 s); a frozen
+// agent is thawed first, or it could not leave.
 func (a *GossipAgent) Stop() {
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.cmd.Process.Signal(syscall.SIGCONT)
 	select {
 	case <-a.done:
 	case <-time.After(15 * time.Second):
@@ -96,10 +142,24 @@ var gossipNet atomic.Int32
 // loopback address.
 const GossipPort = 7946
 
+// GossipService is the name of the Service whose EndpointSlices list the
+// members (the agents' --gossip-service), and GossipNamespace their
+// namespace.
+const (
+	GossipService   = "rebound-gossip"
+	GossipNamespace = "rebound-agent"
+)
+
+// GossipKeyReloadInterval is how often the lab's agents re-read their
+// key file: a rotation step takes effect within it.
+const GossipKeyReloadInterval = time.Second
+
 // StartGossipAgents installs the members' confinement (deploy/gossip) on
-// c (the node-bound tokens need it) and starts one gossip-only agent per
-// node, as the ServiceAccount of deploy/gossip's DaemonSet, each on its
-// own loopback address with a token bound to its node, all joining each
+// c (the node-bound tokens need it), opens a host stand-in per node
+// (StartHosts), writes the EndpointSlice that lists the members as the
+// Service's controller would, and starts one gossip-only agent per node,
+// as the ServiceAccount of deploy/gossip's DaemonSet, each on its own
+// loopback address with a token bound to its node, all joining each
 // other, with a random key written to c.Dir. Stop them with StopAll.
 func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgentOptions) (map[string]*GossipAgent, error) {
 	if err := InstallGossipConfinement(ctx, c, "rebound-gossip"); err != nil {
@@ -123,7 +183,24 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 	for i := range nodes {
 		join = append(join, fmt.Sprintf("%s:%d", addr(i), GossipPort))
 	}
+	hosts, err := StartHosts(ctx, c, nodes)
+	if err != nil {
+		return nil, err
+	}
+	members := map[string]string{}
+	for i, n := range nodes {
+		members[n] = addr(i)
+	}
+	if err := writeGossipEndpoints(ctx, c, members); err != nil {
+		for _, h := range hosts {
+			h.Close()
+		}
+		return nil, err
+	}
 	agents := map[string]*GossipAgent{}
+	for _, n := range nodes {
+		agents[n] = &GossipAgent{Node: n, Host: hosts[n]}
+	}
 	for i, n := range nodes {
 		token, err := GossipToken(ctx, c, n)
 		if err != nil {
@@ -139,30 +216,87 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 		if slices.Contains(opts.WrongKey, n) {
 			key = wrongFile
 		}
-		a := &GossipAgent{Node: n, Address: addr(i), Log: filepath.Join(c.Dir, "logs", "rebound-agent-"+n+".log"), binary: opts.Binary,
-			args: []string{"agent", "--gossip-only", "--node-name", n, "--kubeconfig", kubeconfig,
-				"--gossip-key-file", key, "--gossip-bind-address", addr(i), "--gossip-port", fmt.Sprint(GossipPort),
-				"--gossip-join", strings.Join(join, ","), "--health-addr", "", "--metrics-bind-address", "0"}}
+		a := agents[n]
+		a.Address, a.KeyFile, a.Log, a.binary = addr(i), key, filepath.Join(c.Dir, "logs", "rebound-agent-"+n+".log"), opts.Binary
+		a.args = []string{"agent", "--gossip-only", "--node-name", n, "--kubeconfig", kubeconfig,
+			"--gossip-key-file", key, "--gossip-key-reload-interval", GossipKeyReloadInterval.String(),
+			"--gossip-namespace", GossipNamespace, "--gossip-service", GossipService,
+			"--gossip-bind-address", addr(i), "--gossip-port", fmt.Sprint(GossipPort),
+			"--gossip-join", strings.Join(join, ","), "--health-addr", "", "--metrics-bind-address", "0"}
 		if err := a.start(); err != nil {
 			StopAll(agents)
 			return nil, err
 		}
-		agents[n] = a
 	}
 	return agents, nil
 }
 
-// StopAll stops every agent.
+// StopAll stops every agent that runs and closes every host stand-in.
 func StopAll(agents map[string]*GossipAgent) {
 	for _, a := range agents {
-		a.Stop()
+		if a.cmd != nil {
+			a.Stop()
+		}
+		if a.Host != nil {
+			a.Host.Close()
+		}
 	}
 }
 
-func writeGossipKey(path string) (string, error) {
+// writeGossipEndpoints writes the EndpointSlice of GossipService: one
+// endpoint per member, its address and nodeName, and the gossip ports, as
+// the EndpointSlice controller writes them for deploy/gossip's Service.
+// The agents read their address book from it.
+func writeGossipEndpoints(ctx context.Context, c *sandbox.Cluster, members map[string]string) error {
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: GossipNamespace, Name: GossipService + "-lab", Labels: map[string]string{
+			discoveryv1.LabelServiceName: GossipService,
+			// Not the EndpointSlice controller's: it leaves the slice alone.
+			discoveryv1.LabelManagedBy: "lab.rebound.dev",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{
+			{Name: ptr.To("gossip-tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](GossipPort)},
+			{Name: ptr.To("gossip-udp"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To[int32](GossipPort)},
+		},
+	}
+	nodes := slices.Sorted(maps.Keys(members))
+	for _, n := range nodes {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{members[n]},
+			NodeName:   ptr.To(n),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+		})
+	}
+	if _, err := c.Client.DiscoveryV1().EndpointSlices(GossipNamespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("write the gossip members' EndpointSlice %s/%s: %w", GossipNamespace, slice.Name, err)
+	}
+	return nil
+}
+
+// WriteGossipKeys replaces path's keys (base64, the primary first) with
+// keys, atomically: an agent never reads half a file.
+func WriteGossipKeys(path string, keys ...string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(keys, "\n")+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// NewGossipKey is a random key, base64 as a key file holds it.
+func NewGossipKey() (string, error) {
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		return "", err
 	}
-	return path, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)), 0o600)
+	return base64.StdEncoding.EncodeToString(key), nil
+}
+
+func writeGossipKey(path string) (string, error) {
+	key, err := NewGossipKey()
+	if err != nil {
+		return "", err
+	}
+	return path, WriteGossipKeys(path, key)
 }
