@@ -160,16 +160,16 @@ const GossipKeyReloadInterval = time.Second
 // Service's controller would, and starts one gossip-only agent per node,
 // as the ServiceAccount of deploy/gossip's DaemonSet, each on its own
 // loopback address with a token bound to its node, all joining each
-// other, with a random key written to c.Dir. Stop them with StopAll.
+// other, with a random key in its own key file in c.Dir (GossipAgent.KeyFile). Stop them with StopAll.
 func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgentOptions) (map[string]*GossipAgent, error) {
 	if err := InstallGossipConfinement(ctx, c, "rebound-gossip"); err != nil {
 		return nil, err
 	}
-	keyFile, err := writeGossipKey(filepath.Join(c.Dir, "gossip.key"))
+	good, err := NewGossipKey()
 	if err != nil {
 		return nil, err
 	}
-	wrongFile, err := writeGossipKey(filepath.Join(c.Dir, "gossip-wrong.key"))
+	wrong, err := NewGossipKey()
 	if err != nil {
 		return nil, err
 	}
@@ -212,9 +212,16 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 			StopAll(agents)
 			return nil, err
 		}
-		key := keyFile
+		// A key file per agent, as each node mounts its own copy of the
+		// Secret: a rotation reaches them one by one.
+		key := filepath.Join(c.Dir, "gossip-"+n+".key")
+		k := good
 		if slices.Contains(opts.WrongKey, n) {
-			key = wrongFile
+			k = wrong
+		}
+		if err := WriteGossipKeys(key, k); err != nil {
+			StopAll(agents)
+			return nil, err
 		}
 		a := agents[n]
 		a.Address, a.KeyFile, a.Log, a.binary = addr(i), key, filepath.Join(c.Dir, "logs", "rebound-agent-"+n+".log"), opts.Binary
@@ -291,12 +298,4 @@ func NewGossipKey() (string, error) {
 		return "", err
 	}
 	return base64.StdEncoding.EncodeToString(key), nil
-}
-
-func writeGossipKey(path string) (string, error) {
-	key, err := NewGossipKey()
-	if err != nil {
-		return "", err
-	}
-	return path, WriteGossipKeys(path, key)
 }
