@@ -203,14 +203,14 @@ func s13Negative(t *testing.T, a scenario.GossipAgentOptions, fail func(context.
 // controller's roles, the detection roles, the TwoPlanes policy), starts
 // `rebound controller --lease-plane` and the gossip-only agents of a
 // (scenario.StartGossipAgents), and returns the agents by node and the
-// controller.
-func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a scenario.GossipAgentOptions) (map[string]*scenario.GossipAgent, *controllerProcess) {
+// controller. ctrlArgs are added to the controller's flags.
+func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a scenario.GossipAgentOptions, ctrlArgs ...string) (map[string]*scenario.GossipAgent, *controllerProcess) {
 	t.Helper()
 	cl := installRebound(ctx, t, c)
 	_, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-e2e"}, []byte(scenario.S13Policy))
 	must(t, err)
 	must(t, install.DetectionFor(ctx, cl, "rebound-e2e", sandbox.ReboundUser))
-	ctrl := startController(t, c, "--lease-plane", "--mark-pods-not-ready-early")
+	ctrl := startController(t, c, append([]string{"--lease-plane", "--mark-pods-not-ready-early"}, ctrlArgs...)...)
 	a.Binary = reboundBinary
 	agents, err := scenario.StartGossipAgents(ctx, c, a)
 	must(t, err)

@@ -254,6 +254,11 @@ func StopAll(agents map[string]*GossipAgent) {
 // endpoint per member, its address and nodeName, and the gossip ports, as
 // the EndpointSlice controller writes them for deploy/gossip's Service.
 // The agents read their address book from it.
+//
+// Its address type is FQDN, each address an IPv4 literal: the apiserver
+// refuses loopback addresses in an IPv4 slice, and the lab's members are
+// on loopback. The agents' address book must take an FQDN slice whose
+// address parses as an IP as it takes an IPv4 one.
 func writeGossipEndpoints(ctx context.Context, c *sandbox.Cluster, members map[string]string) error {
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: GossipNamespace, Name: GossipService + "-lab", Labels: map[string]string{
@@ -261,7 +266,7 @@ func writeGossipEndpoints(ctx context.Context, c *sandbox.Cluster, members map[s
 			// Not the EndpointSlice controller's: it leaves the slice alone.
 			discoveryv1.LabelManagedBy: "lab.rebound.dev",
 		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
+		AddressType: discoveryv1.AddressTypeFQDN,
 		Ports: []discoveryv1.EndpointPort{
 			{Name: ptr.To("gossip-tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](GossipPort)},
 			{Name: ptr.To("gossip-udp"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To[int32](GossipPort)},

@@ -298,6 +298,7 @@ func RunS14Rollout(ctx context.Context, env S14Env, opts S14RolloutOptions) (S14
 	var sampled sync.WaitGroup
 	seen := map[string]map[string]bool{}
 	var now map[string][]string
+	var scrapeErr error
 	var mu sync.Mutex
 	if opts.Disagreement != nil {
 		sampled.Add(1)
@@ -305,7 +306,11 @@ func RunS14Rollout(ctx context.Context, env S14Env, opts S14RolloutOptions) (S14
 			defer sampled.Done()
 			for sctx.Err() == nil {
 				got, err := opts.Disagreement(sctx)
-				if err == nil {
+				if err != nil {
+					mu.Lock()
+					scrapeErr = err
+					mu.Unlock()
+				} else {
 					mu.Lock()
 					logDisagreement(env.TL, now, got)
 					now = got
@@ -365,7 +370,11 @@ func RunS14Rollout(ctx context.Context, env S14Env, opts S14RolloutOptions) (S14
 			res.Disagreed[n] = slices.Sorted(maps.Keys(rs))
 		}
 		res.DisagreementLeft = maps.Clone(now)
+		never := now == nil
 		mu.Unlock()
+		if never {
+			return res, fmt.Errorf("S14: the disagreement gauge was never read: %w", scrapeErr)
+		}
 		if err != nil {
 			env.TL.Step("the disagreement gauge still shows %v a minute after the rollout", res.DisagreementLeft)
 		}
