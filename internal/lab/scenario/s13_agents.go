@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	mathrand "math/rand/v2"
+	stdnet "net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,8 +137,41 @@ func (a *GossipAgent) Stop() {
 }
 
 // gossipNet numbers each sandbox's loopback network, so that agents of
-// sandboxes run side by side gossip apart: 127.13.<n>.<i+1>.
+// sandboxes run side by side gossip apart: 127.13.<n>.<i+1>. It starts
+// at a random network, and freeGossipNet skips networks in use, because
+// test processes run side by side too.
 var gossipNet atomic.Int32
+
+func init() { gossipNet.Store(int32(mathrand.IntN(150))) }
+
+// freeGossipNet returns a network whose first n addresses have the gossip
+// port free (TCP and UDP), as far as a bind can tell now.
+func freeGossipNet(n int) (int, error) {
+	for range 150 {
+		net := 100 + int(gossipNet.Add(1)%150)
+		if gossipNetFree(net, n) {
+			return net, nil
+		}
+	}
+	return 0, fmt.Errorf("no free network 127.13.x.0/24 for %d gossip agents on port %d", n, GossipPort)
+}
+
+func gossipNetFree(network, n int) bool {
+	for i := range n {
+		a := fmt.Sprintf("127.13.%d.%d:%d", network, i+1, GossipPort)
+		l, err := stdnet.Listen("tcp", a)
+		if err != nil {
+			return false
+		}
+		l.Close()
+		u, err := stdnet.ListenPacket("udp", a)
+		if err != nil {
+			return false
+		}
+		u.Close()
+	}
+	return true
+}
 
 // GossipPort is the port the sandbox's agents gossip on, each on its own
 // loopback address.
@@ -177,7 +212,10 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 	if len(nodes) == 0 {
 		nodes = c.NodeNames
 	}
-	net := 100 + gossipNet.Add(1)%150
+	net, err := freeGossipNet(len(nodes))
+	if err != nil {
+		return nil, err
+	}
 	addr := func(i int) string { return fmt.Sprintf("127.13.%d.%d", net, i+1) }
 	var join []string
 	for i := range nodes {

@@ -108,16 +108,19 @@ func s14Prepare(ctx context.Context, env S14Env) (*PlaneRecorder, error) {
 		return nil, fmt.Errorf("S14: %s not Ready on %s (on %q): %w", w, env.Victim, where, err)
 	}
 	env.TL.Step("%s Ready on %s", w, env.Victim)
-	if err := WaitGossipMembership(ctx, c, slices.Collect(maps.Keys(env.Agents)), time.Time{}, time.Minute); err != nil {
+	if err := WaitGossipMembership(ctx, c, slices.Collect(maps.Keys(env.Agents)), "", time.Time{}, time.Minute); err != nil {
 		return nil, err
 	}
 	env.TL.Step("the gossip membership has formed: %d members, every watch Alive", len(env.Agents))
 	return RecordPlanes(ctx, c, env.TL)
 }
 
-// WaitGossipMembership waits until each of nodes' reports, written after
-// since, counts every member of nodes and has every watch Alive.
-func WaitGossipMembership(ctx context.Context, c *sandbox.Cluster, nodes []string, since time.Time, timeout time.Duration) error {
+// WaitGossipMembership waits until each of nodes' reports counts every
+// member of nodes and has every watch Alive, and fresh's (if set) was
+// written after since. An agent rewrites its read on a change and
+// refreshes it only at its report interval: only a restarted member's
+// read can be asked to be fresh.
+func WaitGossipMembership(ctx context.Context, c *sandbox.Cluster, nodes []string, fresh string, since time.Time, timeout time.Duration) error {
 	cl, err := install.NewClient(c.Config)
 	if err != nil {
 		return err
@@ -131,7 +134,7 @@ func WaitGossipMembership(ctx context.Context, c *sandbox.Cluster, nodes []strin
 				return false, nil //nolint:nilerr // not written yet
 			}
 			g := r.Gossip
-			if g.ObservedAt.Time.Before(since) || int(g.Members) != len(nodes) {
+			if (n == fresh && g.ObservedAt.Time.Before(since)) || int(g.Members) != len(nodes) {
 				last = fmt.Sprintf("%s: %d members, read at %s", n, g.Members, g.ObservedAt.Format(time.TimeOnly))
 				return false, nil
 			}
@@ -350,7 +353,7 @@ func RunS14Rollout(ctx context.Context, env S14Env, opts S14RolloutOptions) (S14
 			return res, err
 		}
 		env.TL.Step("rollout: %s's member starts again", n)
-		if err := WaitGossipMembership(ctx, env.C, nodes, restarted, time.Minute); err != nil {
+		if err := WaitGossipMembership(ctx, env.C, nodes, n, restarted, time.Minute); err != nil {
 			return res, fmt.Errorf("rollout at %s: %w", n, err)
 		}
 	}
@@ -436,19 +439,19 @@ func RunS14KeyRotation(ctx context.Context, env S14Env) (S14Result, error) {
 			}
 		}
 		// Each agent re-reads its file within the reload interval; a
-		// member that could no longer read another would show in the
-		// reads written after it.
-		if err := hold(ctx, 3*GossipKeyReloadInterval); err != nil {
+		// member that could no longer read another would be suspected,
+		// and show in its watchers' reads, within seconds.
+		if err := hold(ctx, 3*GossipKeyReloadInterval+5*time.Second); err != nil {
 			return res, err
 		}
-		if err := WaitGossipMembership(ctx, env.C, nodes, time.Now(), 30*time.Second); err != nil {
+		if err := WaitGossipMembership(ctx, env.C, nodes, "", time.Time{}, 30*time.Second); err != nil {
 			return res, fmt.Errorf("key rotation, %s: %w", step.what, err)
 		}
 	}
 	if err := hold(ctx, 5*time.Second); err != nil {
 		return res, err
 	}
-	if err := WaitGossipMembership(ctx, env.C, nodes, time.Now(), 30*time.Second); err != nil {
+	if err := WaitGossipMembership(ctx, env.C, nodes, "", time.Time{}, 30*time.Second); err != nil {
 		return res, fmt.Errorf("key rotation done: %w", err)
 	}
 	env.TL.Step("key rotation done: every member on the new key alone")
