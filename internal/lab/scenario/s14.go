@@ -108,7 +108,7 @@ func s14Prepare(ctx context.Context, env S14Env) (*PlaneRecorder, error) {
 		return nil, fmt.Errorf("S14: %s not Ready on %s (on %q): %w", w, env.Victim, where, err)
 	}
 	env.TL.Step("%s Ready on %s", w, env.Victim)
-	if err := WaitGossipMembership(ctx, c, slices.Collect(maps.Keys(env.Agents)), "", time.Time{}, time.Minute); err != nil {
+	if err := WaitGossipMembership(ctx, c, slices.Collect(maps.Keys(env.Agents)), time.Minute); err != nil {
 		return nil, err
 	}
 	env.TL.Step("the gossip membership has formed: %d members, every watch Alive", len(env.Agents))
@@ -116,11 +116,10 @@ func s14Prepare(ctx context.Context, env S14Env) (*PlaneRecorder, error) {
 }
 
 // WaitGossipMembership waits until each of nodes' reports counts every
-// member of nodes and has every watch Alive, and fresh's (if set) was
-// written after since. An agent rewrites its read on a change and
-// refreshes it only at its report interval: only a restarted member's
-// read can be asked to be fresh.
-func WaitGossipMembership(ctx context.Context, c *sandbox.Cluster, nodes []string, fresh string, since time.Time, timeout time.Duration) error {
+// member of nodes and has every watch Alive. (An agent rewrites its read
+// on a change, and a restarted one may keep the read it finds: a read's
+// time says nothing of a restart.)
+func WaitGossipMembership(ctx context.Context, c *sandbox.Cluster, nodes []string, timeout time.Duration) error {
 	cl, err := install.NewClient(c.Config)
 	if err != nil {
 		return err
@@ -134,7 +133,7 @@ func WaitGossipMembership(ctx context.Context, c *sandbox.Cluster, nodes []strin
 				return false, nil //nolint:nilerr // not written yet
 			}
 			g := r.Gossip
-			if (n == fresh && g.ObservedAt.Time.Before(since)) || int(g.Members) != len(nodes) {
+			if int(g.Members) != len(nodes) {
 				last = fmt.Sprintf("%s: %d members, read at %s", n, g.Members, g.ObservedAt.Format(time.TimeOnly))
 				return false, nil
 			}
@@ -348,12 +347,13 @@ func RunS14Rollout(ctx context.Context, env S14Env, opts S14RolloutOptions) (S14
 		if err := hold(ctx, opts.Down); err != nil {
 			return res, err
 		}
-		restarted := time.Now()
 		if err := a.Restart(); err != nil {
 			return res, err
 		}
+		// Its watchers hold it MemberDown by now (a graceful leave is
+		// seen at once): the rollout goes on once they hold it Alive.
 		env.TL.Step("rollout: %s's member starts again", n)
-		if err := WaitGossipMembership(ctx, env.C, nodes, n, restarted, time.Minute); err != nil {
+		if err := WaitGossipMembership(ctx, env.C, nodes, time.Minute); err != nil {
 			return res, fmt.Errorf("rollout at %s: %w", n, err)
 		}
 	}
@@ -444,14 +444,14 @@ func RunS14KeyRotation(ctx context.Context, env S14Env) (S14Result, error) {
 		if err := hold(ctx, 3*GossipKeyReloadInterval+5*time.Second); err != nil {
 			return res, err
 		}
-		if err := WaitGossipMembership(ctx, env.C, nodes, "", time.Time{}, 30*time.Second); err != nil {
+		if err := WaitGossipMembership(ctx, env.C, nodes, 30*time.Second); err != nil {
 			return res, fmt.Errorf("key rotation, %s: %w", step.what, err)
 		}
 	}
 	if err := hold(ctx, 5*time.Second); err != nil {
 		return res, err
 	}
-	if err := WaitGossipMembership(ctx, env.C, nodes, "", time.Time{}, 30*time.Second); err != nil {
+	if err := WaitGossipMembership(ctx, env.C, nodes, 30*time.Second); err != nil {
 		return res, fmt.Errorf("key rotation done: %w", err)
 	}
 	env.TL.Step("key rotation done: every member on the new key alone")
