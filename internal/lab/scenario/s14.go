@@ -115,10 +115,11 @@ func s14Prepare(ctx context.Context, env S14Env) (*PlaneRecorder, error) {
 	return RecordPlanes(ctx, c, env.TL)
 }
 
-// WaitGossipMembership waits until each of nodes' reports counts every
-// member of nodes and has every watch Alive. (An agent rewrites its read
-// on a change, and a restarted one may keep the read it finds: a read's
-// time says nothing of a restart.)
+// WaitGossipMembership waits until each of nodes has a gossip read, and
+// every watch of every read is Alive, each node watched by at least one
+// other. (An agent rewrites its read when a watch changes and refreshes
+// it only at its report interval: its members count may be older than
+// its watches.)
 func WaitGossipMembership(ctx context.Context, c *sandbox.Cluster, nodes []string, timeout time.Duration) error {
 	cl, err := install.NewClient(c.Config)
 	if err != nil {
@@ -126,22 +127,25 @@ func WaitGossipMembership(ctx context.Context, c *sandbox.Cluster, nodes []strin
 	}
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		watched := map[string]bool{}
 		for _, n := range nodes {
 			var r v1alpha1.PeeringReport
 			if err := cl.Get(ctx, client.ObjectKey{Name: n}, &r); err != nil || r.Gossip == nil {
 				last = fmt.Sprintf("%s: no gossip read (%v)", n, err)
 				return false, nil //nolint:nilerr // not written yet
 			}
-			g := r.Gossip
-			if int(g.Members) != len(nodes) {
-				last = fmt.Sprintf("%s: %d members, read at %s", n, g.Members, g.ObservedAt.Format(time.TimeOnly))
-				return false, nil
-			}
-			for _, w := range g.Watches {
+			for _, w := range r.Gossip.Watches {
 				if w.State != string(liveness.GossipAlive) {
 					last = fmt.Sprintf("%s watches %s %s", n, w.Node, w.State)
 					return false, nil
 				}
+				watched[w.Node] = true
+			}
+		}
+		for _, n := range nodes {
+			if !watched[n] {
+				last = fmt.Sprintf("nobody watches %s Alive", n)
+				return false, nil
 			}
 		}
 		return true, nil
