@@ -285,8 +285,8 @@ type S14RolloutOptions struct {
 
 // RunS14Rollout: the members restart one after another, as a DaemonSet's
 // rollout restarts them (graceful stop, a pause, start, wait for it to be
-// back in the membership), and the victim's Lease stalls for S14Stall
-// from the moment its own member stops. Want: no Dead vote, no early
+// back in the membership), and the victim's Lease stalls for S14Stall,
+// from just before its own member stops until well after it is back. Want: no Dead vote, no early
 // action, and the disagreement gauge rising for the stopped members and
 // falling back to nothing.
 func RunS14Rollout(ctx context.Context, env S14Env, opts S14RolloutOptions) (S14Result, error) {
@@ -344,7 +344,13 @@ func RunS14Rollout(ctx context.Context, env S14Env, opts S14RolloutOptions) (S14
 	for _, n := range nodes {
 		a := env.Agents[n]
 		if n == env.Victim {
+			// The Lease stalls first, so that the victim's member is down
+			// all the while its Lease is stale: the case where a plane
+			// that took a stopped member for a dead host would act.
 			go func() { stalled <- stall(ctx, env.C, env.TL, env.Victim, S14Stall) }()
+			if err := hold(ctx, s14StaleAfter(env.C)); err != nil {
+				return res, err
+			}
 		}
 		env.TL.Step("rollout: %s's member stops (SIGTERM)", n)
 		a.Stop()
@@ -389,6 +395,13 @@ func RunS14Rollout(ctx context.Context, env S14Env, opts S14RolloutOptions) (S14
 	res.DeadVotes = rec.DeadVotes("")
 	res.EarlyActions, err = s14Actions(env.C, from)
 	return res, err
+}
+
+// s14StaleAfter is how long a stopped Lease takes to be stale on
+// rebound's clock: a renew interval and the 2 s margin, with a second to
+// spare.
+func s14StaleAfter(c *sandbox.Cluster) time.Duration {
+	return c.Timings.NodeLeaseDuration/4 + 3*time.Second
 }
 
 // logDisagreement writes each node's disagreement as it rises or falls.
