@@ -174,11 +174,14 @@ func TestDeployManifests(t *testing.T) {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, want)
 			}
 		case *rbacv1.Role, *rbacv1.RoleBinding:
-			// The one exception: reading the nodes' Leases is granted
-			// where they are, not cluster-wide (the controller's Lease
-			// plane; a gossip member's own node's Lease).
+			// The exceptions: reading the nodes' Leases is granted where
+			// they are, not cluster-wide (the controller's Lease plane; a
+			// gossip member's own node's Lease); reading the gossip
+			// members' EndpointSlices, where they are (their address
+			// book).
 			leases := meta.GetNamespace() == corev1.NamespaceNodeLease && (meta.GetName() == "rebound-node-leases" || meta.GetName() == "rebound-gossip-node-lease")
-			if meta.GetNamespace() != systemNamespace && !leases {
+			endpoints := meta.GetNamespace() == namespaceOf(m.file) && meta.GetName() == "rebound-gossip-endpoints"
+			if meta.GetNamespace() != systemNamespace && !leases && !endpoints {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, systemNamespace)
 			}
 		case *appsv1.Deployment, *policyv1.PodDisruptionBudget:

@@ -58,8 +58,9 @@ type Agent struct {
 	// untainter runs beside the gossip member (untaint.go); nil without
 	// gossip or with UntaintAfter 0.
 	untainter *Untainter
-	// gossipKey is read once, at New.
-	gossipKey []byte
+	// gossipKeys are read at New; the member reads the file again every
+	// --gossip-key-reload-interval.
+	gossipKeys [][]byte
 
 	mu      sync.Mutex // guards what the HTTP handlers and Stats read
 	stats   Stats
@@ -117,11 +118,11 @@ func New(opts Options) (*Agent, error) {
 		a.rejoiner = NewRejoiner(opts)
 	}
 	if opts.gossipOn() {
-		key, err := gossip.LoadKey(opts.Gossip.KeyFile)
+		keys, err := gossip.LoadKeys(opts.Gossip.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("rebound agent: %w", err)
 		}
-		a.gossipKey = key
+		a.gossipKeys = keys
 		if opts.UntaintAfter > 0 {
 			a.untainter = NewUntainter(opts)
 		}
@@ -209,7 +210,7 @@ func (a *Agent) runGossipOnly(ctx context.Context) error {
 			return err
 		}
 	}
-	m, err := a.newGossip(addr)
+	m, err := a.newGossip(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -225,11 +226,12 @@ func (a *Agent) startGossip(ctx context.Context, addr netip.Addr) (stop func(), 
 	if a.opts.Gossip.BindAddress.IsValid() {
 		addr = a.opts.Gossip.BindAddress
 	}
-	m, err := a.newGossip(addr)
+	gctx, cancel := context.WithCancel(ctx)
+	m, err := a.newGossip(gctx, addr)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	gctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -238,8 +240,20 @@ func (a *Agent) startGossip(ctx context.Context, addr netip.Addr) (stop func(), 
 	return func() { cancel(); <-done }, nil
 }
 
-func (a *Agent) newGossip(addr netip.Addr) (*gossip.Member, error) {
-	m, err := gossip.New(a.opts.gossipConfig(addr, a.gossipKey))
+// newGossip reads the address book from the API (its informers run until
+// ctx ends) and, once it has listed, creates the member: before that the
+// book knows nobody, and the member would refuse every other.
+func (a *Agent) newGossip(ctx context.Context, addr netip.Addr) (*gossip.Member, error) {
+	g := a.opts.Gossip
+	book := NewAPIBook(a.opts.Client, g.Namespace, g.Service, g.Port, a.log)
+	a.log.Info("gossip: reading the members' addresses from the API", "service", g.Service, "namespace", g.Namespace)
+	if err := book.Start(ctx); err != nil {
+		return nil, fmt.Errorf("rebound agent: %w (the agent lists Nodes and the EndpointSlices of --gossip-service %s in --gossip-namespace %s)", err, g.Service, g.Namespace)
+	}
+	if _, ok := book.Member(a.opts.NodeName); !ok {
+		a.log.Warn("gossip: the API lists no member on this node yet; the others refuse this member until it does", "service", g.Service, "namespace", g.Namespace)
+	}
+	m, err := gossip.New(a.opts.gossipConfig(addr, a.gossipKeys, book))
 	if err != nil {
 		return nil, fmt.Errorf("rebound agent: %w", err)
 	}
@@ -742,7 +756,7 @@ func (a *Agent) gossipHandler() http.Handler {
 		m := a.Gossip()
 		if m == nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "not ready: the gossip member has not started (resolving this node's address)")
+			fmt.Fprintln(w, "not ready: the gossip member has not started (resolving this node's address, or listing the members' addresses from the API)")
 			return
 		}
 		st := m.Status()

@@ -24,10 +24,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
@@ -184,27 +187,40 @@ type GossipOptions struct {
 	// Reports writes the gossip read into this node's PeeringReport; nil
 	// writes none (tests).
 	Reports gossip.Writer
+	// Service and Namespace name the members' Service, whose
+	// EndpointSlices are the address book's member addresses
+	// (--gossip-service, --gossip-namespace); empty means
+	// DefaultGossipService, and POD_NAMESPACE else DefaultGossipNamespace.
+	Service   string
+	Namespace string
+	// KeyReloadInterval is how often KeyFile is read again
+	// (--gossip-key-reload-interval); zero means
+	// gossip.DefaultKeyReloadInterval.
+	KeyReloadInterval time.Duration
 }
 
 // gossipOn says whether this agent gossips.
 func (o Options) gossipOn() bool { return o.Gossip.KeyFile != "" }
 
 // gossipConfig is the member's configuration on addr.
-func (o Options) gossipConfig(addr netip.Addr, key []byte) gossip.Config {
+func (o Options) gossipConfig(addr netip.Addr, keys [][]byte, book gossip.AddressBook) gossip.Config {
 	return gossip.Config{
-		NodeName:         o.NodeName,
-		BindAddr:         addr,
-		BindPort:         o.Gossip.Port,
-		Key:              key,
-		Join:             o.Gossip.Join,
-		Watchers:         o.Gossip.Watchers,
-		ReportInterval:   o.ReportInterval,
-		ProbeInterval:    o.Gossip.ProbeInterval,
-		ProbeTimeout:     o.Gossip.ProbeInterval / 2,
-		RetryInterval:    o.RetryInterval,
-		MaxRetryInterval: o.MaxRetryInterval,
-		Writer:           o.Gossip.Reports,
-		Logger:           o.Logger,
+		NodeName:          o.NodeName,
+		BindAddr:          addr,
+		BindPort:          o.Gossip.Port,
+		Keys:              keys,
+		KeyFile:           o.Gossip.KeyFile,
+		KeyReloadInterval: o.Gossip.KeyReloadInterval,
+		Book:              book,
+		Join:              o.Gossip.Join,
+		Watchers:          o.Gossip.Watchers,
+		ReportInterval:    o.ReportInterval,
+		ProbeInterval:     o.Gossip.ProbeInterval,
+		ProbeTimeout:      o.Gossip.ProbeInterval / 2,
+		RetryInterval:     o.RetryInterval,
+		MaxRetryInterval:  o.MaxRetryInterval,
+		Writer:            o.Gossip.Reports,
+		Logger:            o.Logger,
 	}
 }
 
@@ -235,10 +251,19 @@ func (o Options) validateGossip() error {
 	if o.UntaintAfter < 0 {
 		add("--untaint-after %v: must not be negative (0 turns the removal of a leftover %s taint off; default %v)", o.UntaintAfter, "rebound.dev/unreachable", DefaultUntaintAfter)
 	}
-	key, err := gossip.LoadKey(o.Gossip.KeyFile)
+	if o.Gossip.KeyReloadInterval < 0 {
+		add("--gossip-key-reload-interval %v: must not be negative (default %v)", o.Gossip.KeyReloadInterval, gossip.DefaultKeyReloadInterval)
+	}
+	if errs := validation.IsDNS1123Label(o.Gossip.Service); o.Gossip.Service != "" && len(errs) > 0 {
+		add("--gossip-service %q: want the members' Service name (default %s): %s", o.Gossip.Service, DefaultGossipService, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Label(o.Gossip.Namespace); o.Gossip.Namespace != "" && len(errs) > 0 {
+		add("--gossip-namespace %q: want the members' namespace (default: $POD_NAMESPACE, else %s): %s", o.Gossip.Namespace, DefaultGossipNamespace, strings.Join(errs, "; "))
+	}
+	keys, err := gossip.LoadKeys(o.Gossip.KeyFile)
 	if err != nil {
 		errs = append(errs, err)
-		key = make([]byte, 32) // check the rest all the same
+		keys = [][]byte{make([]byte, 32)} // check the rest all the same
 	}
 	// The address may come from the Node later: check the rest with a
 	// placeholder, as the mesh check does.
@@ -246,7 +271,8 @@ func (o Options) validateGossip() error {
 	if !addr.IsValid() {
 		addr = netip.AddrFrom4([4]byte{192, 0, 2, 1})
 	}
-	if err := o.gossipConfig(addr, key).WithDefaults().Validate(); err != nil {
+	// The book comes from the API once running: a placeholder here.
+	if err := o.gossipConfig(addr, keys, gossip.NewStaticBook()).WithDefaults().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -285,6 +311,18 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.Gossip.ProbeInterval == 0 {
 		o.Gossip.ProbeInterval = gossip.DefaultProbeInterval
+	}
+	if o.Gossip.KeyReloadInterval == 0 {
+		o.Gossip.KeyReloadInterval = gossip.DefaultKeyReloadInterval
+	}
+	if o.Gossip.Service == "" {
+		o.Gossip.Service = DefaultGossipService
+	}
+	if o.Gossip.Namespace == "" {
+		o.Gossip.Namespace = os.Getenv("POD_NAMESPACE")
+	}
+	if o.Gossip.Namespace == "" {
+		o.Gossip.Namespace = DefaultGossipNamespace
 	}
 	if o.PeerSet.Name == "" {
 		o.PeerSet.Name = peering.DefaultPeerSetName

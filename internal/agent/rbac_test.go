@@ -133,9 +133,10 @@ func rbacGrants(t *testing.T, path string, roleRule func(rbacv1.PolicyRule) bool
 func slicesEqual(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
 
 // TestGossipRBACMatchesCalls: deploy/gossip/rbac.yaml grants exactly what
-// a gossip member calls: the gossip writer's apply of its report, and the
+// a gossip member calls: the gossip writer's apply of its report, the
 // untainter's watches of its Node and Lease and its removal of a leftover
-// taint.
+// taint, and the address book's watches of the Nodes and of the members'
+// EndpointSlices in its own namespace.
 func TestGossipRBACMatchesCalls(t *testing.T) {
 	h := startUntainter(t, taintedNode("node-a", agentT0), nodeLease("node-a", agentT0.Add(-time.Hour)))
 	h.renewLease("node-a")
@@ -147,8 +148,16 @@ func TestGossipRBACMatchesCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	bookAPI := fake.NewClientset()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o := Options{}.WithDefaults()
+	if err := NewAPIBook(bookAPI, DefaultGossipNamespace, o.Gossip.Service, o.Gossip.Port, slog.New(slog.NewTextHandler(io.Discard, nil))).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+
 	used := sets.New[string]()
-	for _, act := range append(h.cs.Actions(), dyn.Actions()...) {
+	for _, act := range append(append(h.cs.Actions(), dyn.Actions()...), bookAPI.Actions()...) {
 		res := act.GetResource()
 		key := func(v string) string { return res.Group + "/" + res.Resource + ":" + v + "@" + act.GetNamespace() }
 		used.Insert(key(act.GetVerb()))
@@ -157,8 +166,9 @@ func TestGossipRBACMatchesCalls(t *testing.T) {
 		}
 	}
 	granted := rbacGrants(t, filepath.Join("..", "..", "deploy", "gossip", "rbac.yaml"), func(r rbacv1.PolicyRule) bool {
-		// Reading the node Leases only.
-		return slicesEqual(r.Resources, []string{"leases"}) && slicesEqual(r.Verbs, []string{"list", "watch"})
+		// Reading the node Leases, and the members' EndpointSlices, only.
+		return (slicesEqual(r.Resources, []string{"leases"}) || slicesEqual(r.Resources, []string{"endpointslices"})) &&
+			slicesEqual(r.Verbs, []string{"list", "watch"})
 	})
 	if !used.Equal(granted) {
 		t.Errorf("deploy/gossip/rbac.yaml does not match a gossip member's calls:\n  granted, never called: %v\n  called, not granted: %v",

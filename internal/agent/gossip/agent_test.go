@@ -19,11 +19,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"rebound/api/v1alpha1"
 	"rebound/internal/agent"
@@ -77,6 +81,36 @@ func freePort(t *testing.T, addr netip.Addr) int {
 	return 0
 }
 
+// apiOf is a fake API server holding what the agents' address books
+// read: one Node per member (InternalIP its address, a kubelet port) and
+// an EndpointSlice of the gossip Service listing each member's address
+// with its nodeName.
+func apiOf(t *testing.T, members map[string]netip.AddrPort) *fake.Clientset {
+	t.Helper()
+	var objs []runtime.Object
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "rebound-gossip-x", Namespace: agent.DefaultGossipNamespace,
+			Labels: map[string]string{discoveryv1.LabelServiceName: agent.DefaultGossipService}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for name, at := range members {
+		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: at.Addr().String()}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
+		}})
+	}
+	// One port per slice, as the API has it: the members here each have
+	// their own port, so each gets its own slice.
+	for name, at := range members {
+		s := slice.DeepCopy()
+		s.Name = "rebound-gossip-" + name
+		s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{at.Addr().String()}, NodeName: ptr.To(name)}}
+		s.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("gossip-udp"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(int32(at.Port()))}}
+		objs = append(objs, s)
+	}
+	return fake.NewClientset(objs...)
+}
+
 // TestGossipOnlyAgents runs two `rebound agent --gossip-only` on
 // loopback, with no BIRD flag: each applies only the gossip field of its
 // PeeringReport, under its own field manager, with the other Alive; its
@@ -93,15 +127,20 @@ func TestGossipOnlyAgents(t *testing.T) {
 		agents []running
 		seed   string
 	)
+	at := map[string]netip.AddrPort{}
 	for i, name := range []string{"node-a", "node-b"} {
 		addr := netip.AddrFrom4([4]byte{127, 0, 0, byte(50 + i)})
-		port := freePort(t, addr)
+		at[name] = netip.AddrPortFrom(addr, uint16(freePort(t, addr)))
+	}
+	api := apiOf(t, at)
+	for i, name := range []string{"node-a", "node-b"} {
+		addr, port := at[name].Addr(), int(at[name].Port())
 		if i == 0 {
 			seed = net.JoinHostPort(addr.String(), strconv.Itoa(port))
 		}
 		p := &patches{}
 		a, err := agent.New(agent.Options{
-			NodeName: name, GossipOnly: true, Client: fake.NewClientset(), Logger: discard,
+			NodeName: name, GossipOnly: true, Client: api, Logger: discard,
 			RetryInterval: 100 * time.Millisecond, MaxRetryInterval: time.Second,
 			Gossip: agent.GossipOptions{KeyFile: key, BindAddress: addr, Port: port, Join: []string{seed},
 				Reports: gossip.APIWriter{Client: p.client(), Node: name}},
@@ -166,6 +205,8 @@ func TestGossipOnlyAgents(t *testing.T) {
 		`rebound_agent_gossip_members{node="node-a"} 2`,
 		`rebound_agent_gossip_watched_members{node="node-a",state="Alive"} 1`,
 		`rebound_agent_gossip_report_writes_total{node="node-a",outcome="failed"} 0`,
+		`rebound_agent_gossip_refused_members_total{node="node-a",reason="UnknownToTheAPI"} 0`,
+		`rebound_agent_gossip_watched_members{node="node-a",state="MemberDown"} 0`,
 	} {
 		if !strings.Contains(rec.Body.String(), want+"\n") {
 			t.Errorf("/metrics lacks %q:\n%s", want, rec.Body.String())
@@ -185,6 +226,8 @@ func TestGossipBesideBIRD(t *testing.T) {
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	birdAddr, peerAddr := netip.AddrFrom4([4]byte{127, 0, 0, 52}), netip.AddrFrom4([4]byte{127, 0, 0, 53})
 	birdPort, peerPort := freePort(t, birdAddr), freePort(t, peerAddr)
+	api := apiOf(t, map[string]netip.AddrPort{
+		"node-bird": netip.AddrPortFrom(birdAddr, uint16(birdPort)), "node-peer": netip.AddrPortFrom(peerAddr, uint16(peerPort))})
 	start := func(o agent.Options) *agent.Agent {
 		t.Helper()
 		a, err := agent.New(o)
@@ -203,14 +246,14 @@ func TestGossipBesideBIRD(t *testing.T) {
 		return a
 	}
 	withBIRD := start(agent.Options{
-		NodeName: "node-bird", Client: fake.NewClientset(), Logger: discard, AS: 64512, Address: birdAddr,
+		NodeName: "node-bird", Client: api, Logger: discard, AS: 64512, Address: birdAddr,
 		MeshPath: t.TempDir() + "/mesh.conf", Socket: t.TempDir() + "/no-bird.ctl",
 		RetryInterval: 100 * time.Millisecond, MaxRetryInterval: time.Second,
 		Gossip: agent.GossipOptions{KeyFile: key, Port: birdPort, Join: []string{net.JoinHostPort(peerAddr.String(), strconv.Itoa(peerPort))}},
 	})
 	p := &patches{}
 	start(agent.Options{
-		NodeName: "node-peer", GossipOnly: true, Client: fake.NewClientset(), Logger: discard,
+		NodeName: "node-peer", GossipOnly: true, Client: api, Logger: discard,
 		RetryInterval: 100 * time.Millisecond, MaxRetryInterval: time.Second,
 		Gossip: agent.GossipOptions{KeyFile: key, BindAddress: peerAddr, Port: peerPort, Join: []string{net.JoinHostPort(birdAddr.String(), strconv.Itoa(birdPort))},
 			Reports: gossip.APIWriter{Client: p.client(), Node: "node-peer"}},

@@ -1,14 +1,11 @@
 package gossip
 
 import (
-	"bytes"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -56,11 +53,24 @@ type Config struct {
 	BindAddr netip.Addr
 	// BindPort is the UDP and TCP port; zero means DefaultPort.
 	BindPort int
-	// Key is the cluster's shared AES key, 16, 24 or 32 bytes. Every
-	// message is encrypted and every incoming one must decrypt with it,
-	// so that an agent without the key can neither join nor speak of a
-	// member (LoadKey reads it from the agent's --gossip-key-file).
+	// Keys is the cluster's shared keyring, AES keys of 16, 24 or 32
+	// bytes: the first (the primary) encrypts every message, and every
+	// incoming one must decrypt with one of them, so that an agent
+	// without a key can neither join nor speak of a member. LoadKeys reads
+	// them from the agent's --gossip-key-file.
+	Keys [][]byte
+	// Key is a keyring of one key, when Keys is empty.
 	Key []byte
+	// KeyFile, when set, is re-read every KeyReloadInterval and its keys
+	// applied to the running keyring (a rotation without restarting).
+	KeyFile           string
+	KeyReloadInterval time.Duration
+	// Book is the address book read from the API: which members exist,
+	// and where a member and its host are probed. Required.
+	Book AddressBook
+	// HostProber probes a silent member's host; nil means a
+	// TCPHostProber with DefaultHostProbeTimeout.
+	HostProber HostProber
 	// Join lists members to join through: host:port, or host alone for
 	// BindPort; a DNS name (a headless Service of the agents) stands for
 	// every address it resolves to.
@@ -123,6 +133,15 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if len(c.Keys) == 0 && c.Key != nil {
+		c.Keys = [][]byte{c.Key}
+	}
+	if c.KeyReloadInterval == 0 {
+		c.KeyReloadInterval = DefaultKeyReloadInterval
+	}
+	if c.HostProber == nil {
+		c.HostProber = TCPHostProber{}
+	}
 	return c
 }
 
@@ -142,8 +161,19 @@ func (c Config) Validate() error {
 	if c.BindPort < 0 || c.BindPort > 65535 {
 		add("--gossip-port %d: want 1..65535 (default %d)", c.BindPort, DefaultPort)
 	}
-	if err := ValidateKey(c.Key); err != nil {
-		add("--gossip-key-file: %v", err)
+	if len(c.Keys) == 0 {
+		add("--gossip-key-file: %v", ValidateKey(nil))
+	}
+	for i, k := range c.Keys {
+		if err := ValidateKey(k); err != nil {
+			add("--gossip-key-file: key %d: %v", i+1, err)
+		}
+	}
+	if c.Book == nil {
+		add("no address book: the agent reads the members' and hosts' addresses from the API (--gossip-service, --gossip-namespace)")
+	}
+	if c.KeyReloadInterval < 0 {
+		add("--gossip-key-reload-interval %v: must not be negative (default %v)", c.KeyReloadInterval, DefaultKeyReloadInterval)
 	}
 	if len(c.Join) == 0 {
 		add("--gossip-join: required: the agents' headless Service, or host:port of a few members; every agent may list itself too")
@@ -212,25 +242,4 @@ func ValidateKey(key []byte) error {
 		return errors.New("no key: every agent needs the cluster's shared gossip key")
 	}
 	return fmt.Errorf("the key is %d bytes: want an AES key of 16, 24 or 32 bytes", len(key))
-}
-
-// LoadKey reads the gossip key from path (--gossip-key-file): base64 text,
-// as `openssl rand -base64 32` prints it and a Secret made from it holds,
-// or the raw 16, 24 or 32 bytes. Base64 is tried first: a raw random key
-// is practically never valid base64 of a key length.
-func LoadKey(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("--gossip-key-file %s: no such file: mount the gossip key Secret there, or create one with: kubectl create secret generic rebound-gossip-key --from-literal=key=\"$(openssl rand -base64 32)\"", path)
-		}
-		return nil, fmt.Errorf("--gossip-key-file %s: %w", path, err)
-	}
-	if key, err := base64.StdEncoding.DecodeString(string(bytes.TrimSpace(data))); err == nil && ValidateKey(key) == nil {
-		return key, nil
-	}
-	if ValidateKey(data) == nil {
-		return data, nil
-	}
-	return nil, fmt.Errorf("--gossip-key-file %s holds %d bytes, neither base64 of nor raw an AES key of 16, 24 or 32 bytes: make one with openssl rand -base64 32", path, len(data))
 }

@@ -92,6 +92,19 @@ func MeasureLoad(ctx context.Context, n int, d time.Duration) (LoadResult, error
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The API's addresses: each member's, and a host for every node that
+	// accepts (a live kernel) until the victim's is made silent.
+	book := NewStaticBook()
+	liveHost, closeLive, err := acceptingHost(netip.AddrFrom4([4]byte{127, 0, 1, 1}))
+	if err != nil {
+		return LoadResult{}, fmt.Errorf("MeasureLoad: host stand-in: %w", err)
+	}
+	defer closeLive()
+	deadHost, closeDead, err := silentHost(netip.AddrFrom4([4]byte{127, 0, 1, 2}))
+	if err != nil {
+		return LoadResult{}, fmt.Errorf("MeasureLoad: silent host stand-in: %w", err)
+	}
+	defer closeDead()
 	names := make([]string, n)
 	members := make([]*Member, n)
 	writers := make([]*recordingWriter, n)
@@ -105,7 +118,7 @@ func MeasureLoad(ctx context.Context, n int, d time.Duration) (LoadResult, error
 		m, err := New(Config{
 			NodeName: names[i], BindAddr: loadAddr(i), Key: key, Join: []string{"127.0.0.1"},
 			ReportInterval: time.Hour, RetryInterval: 200 * time.Millisecond, MaxRetryInterval: 2 * time.Second,
-			Writer: writers[i], Logger: discard, anyPort: true,
+			Writer: writers[i], Logger: discard, Book: book, anyPort: true,
 		})
 		if err != nil {
 			for _, m := range members[:i] {
@@ -114,6 +127,8 @@ func MeasureLoad(ctx context.Context, n int, d time.Duration) (LoadResult, error
 			return LoadResult{}, err
 		}
 		members[i] = m
+		book.SetMember(names[i], m.Addr())
+		book.SetHost(names[i], liveHost)
 	}
 	seed := func(i int) string {
 		return net.JoinHostPort(members[i].cfg.BindAddr.String(), strconv.Itoa(members[i].Port()))
@@ -226,6 +241,8 @@ func MeasureLoad(ctx context.Context, n int, d time.Duration) (LoadResult, error
 	}
 	killed := time.Now()
 	members[victim].kill()
+	// Its host goes with it, silent as a dead machine.
+	book.SetHost(names[victim], deadHost)
 	dead := func() (quorum, all bool) {
 		c := 0
 		for _, w := range res.Watchers {

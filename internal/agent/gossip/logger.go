@@ -39,6 +39,11 @@ func (w slogWriter) Write(p []byte) (int, error) {
 		}
 	}
 	line = strings.TrimPrefix(line, "memberlist: ")
+	if level == slog.LevelWarn && strings.HasPrefix(line, "ignoring alive message") {
+		// A refused member is announced every gossip round; the alive
+		// delegate logs its refusals, rate-limited.
+		level = slog.LevelDebug
+	}
 	w.log.Log(context.Background(), level, line)
 	return len(p), nil
 }

@@ -1,23 +1,38 @@
 // Package gossip is the agents' gossip plane: each `rebound agent` is a
 // member of a SWIM membership of the cluster's agents (memberlist, the
-// library MetalLB's speakers use), and writes what its OWN direct probes
-// say of the few members it watches into its PeeringReport's gossip field.
+// library MetalLB's speakers use), and writes what its OWN probes say of
+// the few members it watches into its PeeringReport's gossip field.
 //
 // memberlist finds a dead member within seconds: every member probes one
 // other every probe interval, asks a few others to probe it indirectly
 // when it does not answer, suspects it, and declares it dead when the
 // suspicion is not refuted in time. That verdict is then relayed to all.
-// But relayed state is only hearsay: any member can broadcast any
-// other's death. So an agent votes Dead only for a member it watches
-// (liveness.Watched: the k members before it on the hash ring of the
-// members it has seen), only when the membership has declared it dead,
-// and only after its own direct probes went unanswered too (watch.go).
-// The controller counts a death when a quorum of the member's watchers
-// say Dead, none says Alive, and the node's Lease is stale as well.
+// But relayed state is only hearsay: the key authenticates membership,
+// not the sender, and any node holds the key, so any of them can
+// broadcast any other's death, its departure, or its "return" at an
+// address where nothing answers. So membership state only triggers
+// probes, and the probes go to the addresses the API holds (AddressBook:
+// the member pod's EndpointSlice entry, the Node's address and kubelet
+// port), never to one relayed through the gossip; memberlist's alive
+// delegate refuses a member the API does not list, or announced at
+// another address.
+//
+// An agent writes, for each member it watches (liveness.Watched: the k
+// members before it on the hash ring of the members it has seen): Alive
+// when the membership has it alive or it answers a ping at the API's
+// address; MemberDown when it does not but its host does (a TCP
+// connection to the kubelet's port accepted or refused: a live kernel; a
+// rollout, a crash, another key), which is no vote; Dead only when the
+// member and its host are both silent; and nothing when it cannot tell
+// (no address in the API). The rule is watch.go's. The controller counts
+// a death when a quorum of the member's watchers say Dead, none says
+// Alive, and the node's Lease is stale as well.
 //
 // Each member watches k others, so a death is written by k agents
 // whatever the cluster's size, and nothing is written while nothing
-// changes but a refresh every report interval.
+// changes but a refresh every report interval. The keyring is re-read
+// from --gossip-key-file (keys.go), so that a key is rotated without a
+// split.
 package gossip
 
 import (
@@ -46,6 +61,15 @@ type Member struct {
 	transport *countingTransport
 	// prober makes the direct probes: ml, but for the tests of the rule.
 	prober prober
+	// book is the API's addresses; host probes the hosts.
+	book AddressBook
+	host HostProber
+	// keyring is memberlist's, which reloadKeys changes in place.
+	keyring *memberlist.Keyring
+	// refused counts the alive delegate's refusals.
+	refused refusals
+	// learned: nodes whose member address the book learned, to join.
+	learned chan string
 	// recheck is how often a member the membership has dead is probed
 	// again.
 	recheck time.Duration
@@ -98,7 +122,10 @@ func New(cfg Config) (*Member, error) {
 		recheck:   4 * cfg.ProbeInterval,
 		kick:      make(chan struct{}, 1),
 		wantWrite: make(chan struct{}, 1),
-		t:         newTracker(cfg.NodeName, cfg.Watchers, cfg.DeadRetention, 4*cfg.ProbeInterval),
+		t:         newTracker(cfg.Book, cfg.NodeName, cfg.Watchers, cfg.DeadRetention, 4*cfg.ProbeInterval),
+		book:      cfg.Book,
+		host:      cfg.HostProber,
+		learned:   make(chan string, 256),
 	}
 	stdlog := newStdLogger(m.log)
 	port := cfg.BindPort
@@ -114,13 +141,21 @@ func New(cfg Config) (*Member, error) {
 	mc.Transport = tr
 	mc.BindPort, mc.AdvertisePort = tr.port(), tr.port()
 	mc.Events = (*events)(m)
+	mc.Alive = (*aliveDelegate)(m)
 	mc.Logger = stdlog
+	kr, err := memberlist.NewKeyring(cfg.Keys[1:], cfg.Keys[0])
+	if err != nil {
+		_ = tr.Shutdown()
+		return nil, fmt.Errorf("gossip: --gossip-key-file: %w", err)
+	}
+	m.keyring, mc.Keyring = kr, kr
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		_ = tr.Shutdown()
 		return nil, fmt.Errorf("gossip: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr.String(), strconv.Itoa(tr.port())), err)
 	}
 	m.ml, m.prober = ml, ml
+	cfg.Book.Subscribe(m.bookLearned)
 	return m, nil
 }
 
@@ -132,7 +167,9 @@ func memberlistConfig(cfg Config) *memberlist.Config {
 	c.Name = cfg.NodeName
 	c.BindAddr = cfg.BindAddr.String()
 	c.AdvertiseAddr = cfg.BindAddr.String()
-	c.SecretKey = cfg.Key
+	// The keyring (New) encrypts with the primary and decrypts with any
+	// key: members on the old and the new key see each other during a
+	// rotation.
 	c.GossipVerifyIncoming, c.GossipVerifyOutgoing = true, true
 	// Every member probes one other per interval: the probe traffic per
 	// agent is a constant, a few hundred bytes a second.
@@ -175,6 +212,84 @@ func memberlistConfig(cfg Config) *memberlist.Config {
 	return c
 }
 
+// aliveDelegate is memberlist's alive delegate: it refuses a member the
+// API does not know, or announced at another address than the API's.
+// memberlist calls it with its node lock held, for every alive message,
+// gossiped or pushed: it only reads the book and counts.
+//
+// memberlist shows it no incarnation number, so a forged jump of
+// incarnations (to make a member's own refutations look old) cannot be
+// refused here. It no longer matters: whatever the membership believes
+// of a member only triggers this agent's probes, and those go to the
+// API's addresses, where the real member or its host answers.
+type aliveDelegate Member
+
+func (d *aliveDelegate) NotifyAlive(n *memberlist.Node) error {
+	m := (*Member)(d)
+	ip, _ := netip.AddrFromSlice(n.Addr)
+	at := netip.AddrPortFrom(ip.Unmap(), n.Port)
+	reason, want := refuseReason(m.book, m.cfg.NodeName, n.Name, at)
+	if reason == "" {
+		return nil
+	}
+	err := refusalError(reason, n.Name, at, want)
+	if log, suppressed := m.refused.add(n.Name, reason, time.Now()); log {
+		m.log.Warn("gossip: member refused: the API holds no such member at that address; it is not taken into the membership, and no probe goes there",
+			"member", n.Name, "reason", reason, "error", err, "refusalsNotLogged", suppressed)
+	}
+	return err
+}
+
+// bookLearned: the book has a new or changed member address for node.
+// A member refused earlier (its EndpointSlice entry came after its
+// announcement) is taken in by a state exchange with it, at that address.
+func (m *Member) bookLearned(node string) {
+	if node == m.cfg.NodeName {
+		return
+	}
+	select {
+	case m.learned <- node:
+	default:
+		// Full: a burst (a rollout, the informers' first list). The
+		// members in it still join through the seeds, and announce
+		// themselves; the next anti-entropy exchange repairs the rest.
+	}
+}
+
+// joinLearned makes the state exchanges bookLearned asks for, with the
+// members the membership does not have alive at the book's address.
+func (m *Member) joinLearned(ctx context.Context) {
+	for {
+		var node string
+		select {
+		case <-ctx.Done():
+			return
+		case node = <-m.learned:
+		}
+		addr, ok := m.book.Member(node)
+		if !ok || m.aliveAt(node, addr) {
+			continue
+		}
+		if _, err := m.prober.Join([]string{addr.String()}); err != nil {
+			m.log.Debug("gossip: state exchange with a member the API just listed failed", "member", node, "address", addr, "error", err)
+		}
+	}
+}
+
+// aliveAt says whether the membership has node alive at addr.
+func (m *Member) aliveAt(node string, addr netip.AddrPort) bool {
+	if m.ml == nil {
+		return false
+	}
+	for _, n := range m.ml.Members() {
+		if n.Name == node {
+			ip, _ := netip.AddrFromSlice(n.Addr)
+			return n.State == memberlist.StateAlive && netip.AddrPortFrom(ip.Unmap(), n.Port) == addr
+		}
+	}
+	return false
+}
+
 // events is memberlist's event delegate. memberlist calls it with its node
 // lock held: it only records and wakes the loop.
 type events Member
@@ -194,7 +309,7 @@ func (m *Member) membership(n *memberlist.Node, alive bool) {
 	now := time.Now()
 	m.mu.Lock()
 	if alive {
-		m.t.alive(n.Name, nodeAddr(n), now)
+		m.t.alive(n.Name, now)
 	} else {
 		m.t.dead(n.Name, now)
 		m.stats.departures++
@@ -223,6 +338,10 @@ func (m *Member) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { m.joinLoop(ctx) })
 	wg.Go(func() { m.antiEntropy(ctx) })
+	wg.Go(func() { m.joinLearned(ctx) })
+	if m.cfg.KeyFile != "" && m.cfg.KeyReloadInterval > 0 {
+		wg.Go(func() { m.reloadKeys(ctx) })
+	}
 	if m.cfg.Writer != nil {
 		wg.Go(func() { m.writeLoop(ctx) })
 	}
@@ -285,7 +404,7 @@ func (m *Member) step(ctx context.Context) {
 	targets := m.t.due(now)
 	m.mu.Unlock()
 
-	answered, failures := m.probeAll(ctx, targets)
+	results, failures := m.probeAll(ctx, targets)
 
 	now = time.Now()
 	var reconnect []string
@@ -299,15 +418,19 @@ func (m *Member) step(ctx context.Context) {
 		if ctx.Err() != nil {
 			break // a probe cut short by shutdown says nothing
 		}
-		switch m.t.probed(p.node, answered[i], now) {
+		switch m.t.probed(p.node, results[i], now) {
 		case becameDead:
-			m.log.Info("gossip: member dead: the membership declared it dead and this agent's own direct probes went unanswered", "member", p.node, "address", p.addr)
+			m.log.Info("gossip: member dead: the membership has it dead, and neither it nor its host answered this agent's probes at the API's addresses", "member", p.node, "address", p.member, "host", p.host)
+		case becameMemberDown:
+			m.log.Info("gossip: member down, host alive: the member does not answer, its host does (no vote)", "member", p.node, "address", p.member, "host", p.host)
+		case becameUnknown:
+			m.log.Info("gossip: member silent and its host cannot be probed (no address in the API, or the probe said nothing): no vote", "member", p.node, "address", p.member, "host", p.host)
 		case becameAlive:
-			m.log.Info("gossip: member answers this agent's direct probes again", "member", p.node, "address", p.addr)
-			reconnect = append(reconnect, p.addr.String())
+			m.log.Info("gossip: member answers this agent's direct probes again", "member", p.node, "address", p.member)
+			reconnect = append(reconnect, p.member.String())
 		case contested:
-			m.log.Warn("gossip: the membership has a member dead, but it answers this agent's direct probes: no Dead vote", "member", p.node, "address", p.addr)
-			reconnect = append(reconnect, p.addr.String())
+			m.log.Warn("gossip: the membership has a member dead, but it answers this agent's direct probes: no Dead vote", "member", p.node, "address", p.member)
+			reconnect = append(reconnect, p.member.String())
 		}
 	}
 	m.beat = now
@@ -342,12 +465,13 @@ func (m *Member) reconnect(ctx context.Context, addrs []string) {
 	}
 }
 
-// probeAll probes the targets in parallel; answered[i] is targets[i]'s
-// outcome, failures the unanswered pings. A confirmation is tried
-// DefaultProbeAttempts times, each within a probe timeout, so that one
-// lost packet never makes a vote.
-func (m *Member) probeAll(ctx context.Context, targets []probeTarget) (answered []bool, failures uint64) {
-	answered = make([]bool, len(targets))
+// probeAll probes the targets in parallel, at the book's addresses;
+// results[i] is targets[i]'s outcome, failures the unanswered pings. A
+// confirmation pings the member DefaultProbeAttempts times, each within a
+// probe timeout, so that one lost packet never makes a vote; only when
+// all go unanswered is the host probed.
+func (m *Member) probeAll(ctx context.Context, targets []probeTarget) (results []probeResult, failures uint64) {
+	results = make([]probeResult, len(targets))
 	var (
 		wg     sync.WaitGroup
 		failed atomic.Uint64
@@ -360,19 +484,67 @@ func (m *Member) probeAll(ctx context.Context, targets []probeTarget) (answered 
 			}
 			for range attempts {
 				if ctx.Err() != nil {
+					results[i] = hostUnknown
 					return
 				}
-				if _, err := m.prober.Ping(p.node, p.addr); err == nil {
-					answered[i] = true
+				if _, err := m.prober.Ping(p.node, udpAddr(p.member)); err == nil {
+					results[i] = memberAnswered
 					return
 				}
 				failed.Add(1)
 			}
+			if !p.host.IsValid() {
+				results[i] = hostUnknown
+				return
+			}
+			switch m.host.ProbeHost(ctx, p.host) {
+			case HostAnswers:
+				results[i] = hostAnswered
+			case HostSilent:
+				results[i] = hostSilent
+			default:
+				results[i] = hostUnknown
+			}
 		})
 	}
 	wg.Wait()
-	return answered, failed.Load()
+	return results, failed.Load()
 }
+
+// reloadKeys re-reads --gossip-key-file every KeyReloadInterval and
+// applies its keys to the keyring. A file that cannot be read or holds a
+// bad line changes nothing: the keyring in use stays, and the error is
+// logged once until it changes.
+func (m *Member) reloadKeys(ctx context.Context) {
+	tick := time.NewTicker(m.cfg.KeyReloadInterval)
+	defer tick.Stop()
+	lastErr := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		keys, err := LoadKeys(m.cfg.KeyFile)
+		if err == nil {
+			var changed bool
+			if changed, err = applyKeys(m.keyring, keys); changed {
+				m.log.Info("gossip: keyring changed from --gossip-key-file", "primary", keyID(keys[0]), "keys", keyIDs(keys))
+			}
+		}
+		switch {
+		case err != nil && err.Error() != lastErr:
+			m.log.Error("gossip: keyring not reloaded; the keys in use stay", "error", err)
+			lastErr = err.Error()
+		case err == nil && lastErr != "":
+			m.log.Info("gossip: keyring reloaded again")
+			lastErr = ""
+		}
+	}
+}
+
+// Keys is the keyring in use, the primary first.
+func (m *Member) Keys() [][]byte { return m.keyring.GetKeys() }
 
 // joinLoop joins through the configured seeds until another member is
 // reached, with backoff, and again whenever this member is alone (every

@@ -56,15 +56,32 @@ type testMember struct {
 }
 
 type cluster struct {
-	t       *testing.T
-	key     []byte
-	log     *syncBuffer
-	members map[string]*testMember
-	names   []string
+	t   *testing.T
+	key []byte
+	// book is the API's addresses, shared by the members: each member's,
+	// and a host for each that accepts (liveHost) or drops (deadHost).
+	book               *StaticBook
+	liveHost, deadHost netip.AddrPort
+	log                *syncBuffer
+	members            map[string]*testMember
+	names              []string
 }
 
 func newCluster(t *testing.T) *cluster {
-	return &cluster{t: t, key: testKey(t), log: &syncBuffer{}, members: map[string]*testMember{}}
+	t.Helper()
+	c := &cluster{t: t, key: testKey(t), log: &syncBuffer{}, members: map[string]*testMember{}, book: NewStaticBook()}
+	live, closeLive, err := acceptingHost(netip.AddrFrom4([4]byte{127, 0, 0, 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeLive)
+	dead, closeDead, err := silentHost(netip.AddrFrom4([4]byte{127, 0, 0, 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeDead)
+	c.liveHost, c.deadHost = live, dead
+	return c
 }
 
 func (c *cluster) config(name string, addr netip.Addr, key []byte) Config {
@@ -74,6 +91,7 @@ func (c *cluster) config(name string, addr netip.Addr, key []byte) Config {
 		ReportInterval: time.Hour,
 		RetryInterval:  100 * time.Millisecond, MaxRetryInterval: time.Second,
 		Logger:  slog.New(slog.NewTextHandler(c.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Book:    c.book,
 		anyPort: true,
 	}
 }
@@ -90,6 +108,8 @@ func (c *cluster) start(cfg Config, seeds ...string) *testMember {
 	if len(seeds) > 0 {
 		m.cfg.Join = seeds
 	}
+	c.book.SetMember(cfg.NodeName, m.Addr())
+	c.book.SetHost(cfg.NodeName, c.liveHost)
 	ctx, cancel := context.WithCancel(context.Background())
 	tm := &testMember{Member: m, w: w, cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -197,6 +217,8 @@ func TestKilledMemberIsWrittenDeadByItsWatchersOnly(t *testing.T) {
 	killed := time.Now()
 	v.kill()
 	v.stop()
+	// Its host dies with it: silent, as a machine without power.
+	c.book.SetHost(victim, c.deadHost)
 
 	// A verdict within a few seconds on a LAN: memberlist's suspicion
 	// (about 1.5 to 3 s at five members) and this agent's own probes
@@ -248,7 +270,7 @@ func TestKilledMemberIsWrittenDeadByItsWatchersOnly(t *testing.T) {
 	cfg := c.config(victim, addr, c.key)
 	cfg.BindPort, cfg.anyPort = port, false
 	back := time.Now()
-	c.members[victim] = c.start(cfg, c.members[c.names[0]].seed())
+	c.members[victim] = c.start(cfg, c.members[c.names[0]].seed()) // its host answers again
 	err = pollUntil(context.Background(), bound, func() bool {
 		for _, w := range watchers {
 			last, _ := c.members[w].w.last()

@@ -11,7 +11,9 @@ var (
 	descMembers = prometheus.NewDesc("rebound_agent_gossip_members",
 		"Members alive in this agent's gossip membership, itself included.", []string{"node"}, nil)
 	descWatched = prometheus.NewDesc("rebound_agent_gossip_watched_members",
-		"Members this agent watches, by what its own direct probes say of them (Alive, Dead, or Unknown until probed).", []string{"node", "state"}, nil)
+		"Members this agent watches, by what its own probes say of them: Alive (the member answers), MemberDown (it does not, its host does: no vote), Dead (neither), Unknown (not probed yet, or not probeable: no address in the API).", []string{"node", "state"}, nil)
+	descRefused = prometheus.NewDesc("rebound_agent_gossip_refused_members_total",
+		"Alive announcements this agent's membership refused, by reason: UnknownToTheAPI (no EndpointSlice entry of the gossip Service for that node), AddressDiffers (announced at another address than the API's). A few during a rollout are the API catching up; a steady rise is a member that is not where the API says, or a forger.", []string{"node", "reason"}, nil)
 	descBytes = prometheus.NewDesc("rebound_agent_gossip_bytes_total",
 		"Gossip bytes, by direction (sent, received) and kind (packet: probes and gossip over UDP; stream: push/pull and joins over TCP).", []string{"node", "direction", "kind"}, nil)
 	descProbeFailures = prometheus.NewDesc("rebound_agent_gossip_probe_failures_total",
@@ -29,7 +31,7 @@ func (m *Member) Describe(ch chan<- *prometheus.Desc) { DescribeMetrics(ch) }
 // that creates its member only once it knows its address registers them
 // before.
 func DescribeMetrics(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMembers, descWatched, descBytes, descProbeFailures, descDepartures, descWrites} {
+	for _, d := range []*prometheus.Desc{descMembers, descWatched, descBytes, descProbeFailures, descDepartures, descWrites, descRefused} {
 		ch <- d
 	}
 }
@@ -60,6 +62,9 @@ func (m *Member) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descDepartures, prometheus.CounterValue, float64(st.departures), node)
 	ch <- prometheus.MustNewConstMetric(descWrites, prometheus.CounterValue, float64(st.writes), node, "written")
 	ch <- prometheus.MustNewConstMetric(descWrites, prometheus.CounterValue, float64(st.writeFailures), node, "failed")
+	for reason, n := range m.refused.snapshot() {
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), node, reason)
+	}
 }
 
 var _ prometheus.Collector = (*Member)(nil)

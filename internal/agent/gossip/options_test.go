@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"rebound/internal/agent"
 	"rebound/internal/agent/gossip"
@@ -69,6 +70,11 @@ func TestAgentGossipOptions(t *testing.T) {
 		{"seeds without a key", agent.Options{NodeName: "node-a", RejoinOnly: true, Gossip: agent.GossipOptions{Join: []string{"10.0.0.1"}}}, "--gossip-join and --gossip-bind-address need --gossip-key-file"},
 		{"gossip beside BIRD still checks BIRD", with(func(o *agent.Options) { o.GossipOnly = false }), "--bird-socket"},
 		{"gossip only without a node name", with(func(o *agent.Options) { o.NodeName = "" }), "--node-name"},
+		{"a keyring of two keys", gossipOn(agent.Options{Gossip: agent.GossipOptions{KeyFile: writeFile(t, []byte(base64.StdEncoding.EncodeToString(key32)+"\n"+base64.StdEncoding.EncodeToString(key32[:16])+"\n"))}}), ""},
+		{"a bad second line", gossipOn(agent.Options{Gossip: agent.GossipOptions{KeyFile: writeFile(t, []byte(base64.StdEncoding.EncodeToString(key32)+"\n???\n"))}}), "line 2: not base64"},
+		{"negative key reload interval", gossipOn(agent.Options{Gossip: agent.GossipOptions{KeyReloadInterval: -time.Second}}), "--gossip-key-reload-interval -1s"},
+		{"bad gossip service", gossipOn(agent.Options{Gossip: agent.GossipOptions{Service: "Rebound_Gossip"}}), `--gossip-service "Rebound_Gossip"`},
+		{"bad gossip namespace", gossipOn(agent.Options{Gossip: agent.GossipOptions{Namespace: "a/b"}}), `--gossip-namespace "a/b"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.opts.WithDefaults().ValidateFlags()
@@ -77,6 +83,45 @@ func TestAgentGossipOptions(t *testing.T) {
 				t.Errorf("want valid, got %v", err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Errorf("error %v does not name %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestLoadKeys: a keyring file, one base64 key a line, the primary first;
+// a bad line is named with its number and the fix.
+func TestLoadKeys(t *testing.T) {
+	k1, k2, k3 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 16), bytes.Repeat([]byte{3}, 24)
+	b64 := base64.StdEncoding.EncodeToString
+	for _, tc := range []struct {
+		name string
+		data string
+		want [][]byte
+		err  string
+	}{
+		{"one key", b64(k1) + "\n", [][]byte{k1}, ""},
+		{"rotation step: old and new", b64(k1) + "\n" + b64(k2) + "\n", [][]byte{k1, k2}, ""},
+		{"three keys, blank lines, CRLF and a repeat", "\n" + b64(k3) + "\r\n\n" + b64(k1) + "\n" + b64(k3) + "\n", [][]byte{k3, k1}, ""},
+		{"a line that is not base64", b64(k1) + "\nnot-a-key!\n", nil, "line 2: not base64"},
+		{"a key of a wrong length", b64(k1) + "\n" + b64(k1[:20]) + "\n", nil, "line 2: the key is 20 bytes"},
+		{"only blank lines", "\n\n", nil, "no key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeFile(t, []byte(tc.data))
+			got, err := gossip.LoadKeys(path)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "--gossip-key-file "+path) || !strings.Contains(err.Error(), "openssl rand -base64 32") {
+					t.Fatalf("error %v: want one naming --gossip-key-file %s, %q and the fix", err, path, tc.err)
+				}
+				return
+			}
+			if err != nil || len(got) != len(tc.want) {
+				t.Fatalf("LoadKeys = %x, %v; want %x", got, err, tc.want)
+			}
+			for i := range got {
+				if !bytes.Equal(got[i], tc.want[i]) {
+					t.Fatalf("key %d = %x, want %x", i, got[i], tc.want[i])
+				}
 			}
 		})
 	}
@@ -96,8 +141,9 @@ func TestLoadKey(t *testing.T) {
 		{"base64 with a newline", []byte(base64.StdEncoding.EncodeToString(key32) + "\n"), key32, ""},
 		{"raw 16 bytes", raw16, raw16, ""},
 		{"raw 24 bytes", raw24, raw24, ""},
-		{"empty", nil, nil, "holds 0 bytes"},
-		{"base64 of 13 bytes", []byte(base64.StdEncoding.EncodeToString(key32[:13])), nil, "16, 24 or 32 bytes"},
+		{"empty", nil, nil, "holds 0 bytes and no key"},
+		{"base64 of 13 bytes", []byte(base64.StdEncoding.EncodeToString(key32[:13])), nil, "line 1: the key is 13 bytes: want an AES key of 16, 24 or 32 bytes: make one with openssl rand -base64 32"},
+		{"a keyring: the primary first", []byte(base64.StdEncoding.EncodeToString(key32) + "\n" + base64.StdEncoding.EncodeToString(raw16) + "\n"), key32, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := gossip.LoadKey(writeFile(t, tc.data))

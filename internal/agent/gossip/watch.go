@@ -2,7 +2,7 @@ package gossip
 
 import (
 	"maps"
-	"net"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -11,33 +11,42 @@ import (
 
 // The watch state: what this agent's own probes say of the members it
 // watches. It is a plain state machine, fed by the membership (memberlist's
-// events and its member list) and by this agent's direct probes, so that
-// its rule can be tested without a network:
+// events), by the address book (what the API holds for each node) and by
+// this agent's probes, so that its rule can be tested without a network:
 //
-//   - A member the membership has alive is Alive.
-//   - A member the membership has dead (or left, or forgotten) is probed
-//     directly by this agent, and becomes Dead only when those probes go
-//     unanswered too. Membership state is relayed: any member can gossip
-//     another's death, so on its own it is never a vote.
+//   - A member the membership has alive is Alive. memberlist takes a
+//     member alive only at the address the book holds for it (the alive
+//     delegate refuses any other), so that is where it was heard.
+//   - A member the membership has dead, left or forgotten is probed by
+//     this agent, at the book's addresses only: the membership's state
+//     is relayed, any key holder can forge it, so it only triggers the
+//     probes. DefaultProbeAttempts pings of the member; if it answers one
+//     it is Alive. If none is answered, one probe of its host (the
+//     kubelet's port at the Node's address): a host that answers, even by
+//     refusing, is a live kernel, and the member is MemberDown (no vote:
+//     a rollout, a crash, another key). Only a silent host makes it Dead.
+//   - No member address in the book: no probe, state unknown. No host
+//     address, or a host probe that learned nothing: unknown too. Unknown
+//     is not reported: no vote either way (fail open).
 //   - While the membership has it dead, it is probed again every recheck
-//     interval: an answer makes it Alive (first-hand life outweighs
-//     relayed death), and a later silence Dead again.
+//     interval, and each re-probe moves it to Alive, MemberDown or Dead
+//     by the same rule (a Dead member's re-probe pings it once).
 //   - The membership having it alive again (a rejoin, a refuted
 //     suspicion) makes it Alive at once.
 
 // memberView is what the membership says of one member this agent has
 // seen alive at least once.
 type memberView struct {
-	addr    net.Addr
 	alive   bool
 	changed time.Time // when alive last changed, this agent's clock
 }
 
 // watchState is this agent's own read of one member it watches.
 type watchState struct {
-	// state is liveness.GossipAlive or GossipDead, or "" while a member
-	// that entered the watch list with the membership having it dead has
-	// not been probed yet: unknown, and so not reported.
+	// state is liveness.GossipAlive, GossipMemberDown or GossipDead, or ""
+	// while unknown: a member that entered the watch list with the
+	// membership having it dead and not probed yet, or one whose probes
+	// could not be made or said nothing. Unknown is not reported.
 	state string
 	since time.Time
 	// probeAt is when to probe it next; zero while the membership has it
@@ -48,16 +57,36 @@ type watchState struct {
 	contested bool
 }
 
-// probeTarget is one direct probe to make.
+// probeTarget is one probe to make, at the book's addresses.
 type probeTarget struct {
-	node string
-	addr net.Addr
-	// confirm: the probe may make the member Dead, so it is tried
-	// several times; a Dead member's re-probe only looks for an answer.
+	node   string
+	member netip.AddrPort
+	// host is invalid when the book has none: the member's silence then
+	// makes no vote.
+	host netip.AddrPort
+	// confirm: the probe may make the member Dead, so its pings are tried
+	// DefaultProbeAttempts times; a Dead member's re-probe only looks for
+	// an answer.
 	confirm bool
 }
 
+// probeResult is one probe's outcome.
+type probeResult int
+
+const (
+	// memberAnswered: the member answered a ping at the book's address.
+	memberAnswered probeResult = iota
+	// hostAnswered: the member did not, its host did.
+	hostAnswered
+	// hostSilent: neither the member nor its host answered.
+	hostSilent
+	// hostUnknown: the member did not answer and the host could not be
+	// probed (no address in the book) or its probe said nothing.
+	hostUnknown
+)
+
 type tracker struct {
+	book      AddressBook
 	self      string
 	k         int
 	retention time.Duration
@@ -74,13 +103,13 @@ type tracker struct {
 	pruneAt time.Time
 }
 
-func newTracker(self string, k int, retention, recheck time.Duration) *tracker {
-	return &tracker{self: self, k: k, retention: retention, recheck: recheck,
+func newTracker(book AddressBook, self string, k int, retention, recheck time.Duration) *tracker {
+	return &tracker{book: book, self: self, k: k, retention: retention, recheck: recheck,
 		members: map[string]*memberView{}, watches: map[string]*watchState{}}
 }
 
-// alive: the membership has node alive at addr.
-func (t *tracker) alive(node string, addr net.Addr, now time.Time) {
+// alive: the membership has node alive.
+func (t *tracker) alive(node string, now time.Time) {
 	if node == t.self {
 		return
 	}
@@ -90,7 +119,6 @@ func (t *tracker) alive(node string, addr net.Addr, now time.Time) {
 		t.members[node] = v
 		t.ringChanged = true
 	}
-	v.addr = addr
 	if !v.alive {
 		v.alive, v.changed = true, now
 	}
@@ -158,7 +186,9 @@ func (t *tracker) update(now time.Time) {
 	}
 }
 
-// due returns the direct probes to make now.
+// due returns the probes to make now, at the book's addresses. A member
+// the book has no address for is not probed: its state becomes unknown
+// until the book has one.
 func (t *tracker) due(now time.Time) []probeTarget {
 	var out []probeTarget
 	for _, n := range slices.Sorted(maps.Keys(t.watches)) {
@@ -166,7 +196,16 @@ func (t *tracker) due(now time.Time) []probeTarget {
 		if v.alive || w.probeAt.IsZero() || w.probeAt.After(now) {
 			continue
 		}
-		out = append(out, probeTarget{node: n, addr: v.addr, confirm: w.state != liveness.GossipDead})
+		member, ok := t.book.Member(n)
+		if !ok {
+			w.probeAt = now.Add(t.recheck)
+			if w.state != "" {
+				w.state, w.since, w.contested = "", now, false
+			}
+			continue
+		}
+		host, _ := t.book.Host(n)
+		out = append(out, probeTarget{node: n, member: member, host: host, confirm: w.state != liveness.GossipDead})
 	}
 	return out
 }
@@ -177,36 +216,55 @@ type outcome int
 const (
 	unchanged outcome = iota
 	becameDead
+	becameMemberDown
 	becameAlive
+	becameUnknown
 	// contested: the membership has the member dead, but it answered
 	// (the first such answer of the episode).
 	contested
 )
 
-// probed records a direct probe's outcome: answered, or every attempt
-// unanswered. A probe that failed while the membership came to have the
-// member alive again says nothing.
-func (t *tracker) probed(node string, answered bool, now time.Time) outcome {
+// probed records a probe's outcome. A probe that ended while the
+// membership came to have the member alive again says nothing.
+func (t *tracker) probed(node string, r probeResult, now time.Time) outcome {
 	w, v := t.watches[node], t.members[node]
 	if w == nil || v == nil || v.alive {
 		return unchanged
 	}
 	w.probeAt = now.Add(t.recheck)
-	switch {
-	case answered && w.state == liveness.GossipDead:
-		w.state, w.since = liveness.GossipAlive, now
-		return becameAlive
-	case answered && !w.contested:
-		w.contested = true
-		if w.state == "" {
+	if r != memberAnswered {
+		w.contested = false
+	}
+	switch r {
+	case memberAnswered:
+		switch {
+		case w.state == liveness.GossipDead || w.state == liveness.GossipMemberDown:
+			w.state, w.since = liveness.GossipAlive, now
+			return becameAlive
+		case !w.contested:
+			w.contested = true
+			if w.state == "" {
+				w.state, w.since = liveness.GossipAlive, now
+			}
+			return contested
+		case w.state == "":
 			w.state, w.since = liveness.GossipAlive, now
 		}
-		return contested
-	case answered && w.state == "":
-		w.state, w.since = liveness.GossipAlive, now
-	case !answered && w.state != liveness.GossipDead:
-		w.state, w.since, w.contested = liveness.GossipDead, now, false
-		return becameDead
+	case hostAnswered:
+		if w.state != liveness.GossipMemberDown {
+			w.state, w.since = liveness.GossipMemberDown, now
+			return becameMemberDown
+		}
+	case hostSilent:
+		if w.state != liveness.GossipDead {
+			w.state, w.since = liveness.GossipDead, now
+			return becameDead
+		}
+	case hostUnknown:
+		if w.state != "" {
+			w.state, w.since = "", now
+			return becameUnknown
+		}
 	}
 	return unchanged
 }
@@ -225,7 +283,7 @@ func (t *tracker) report() []liveness.Watch {
 
 // counts is how many watched members are in each state, for /metrics.
 func (t *tracker) counts() map[string]int {
-	c := map[string]int{liveness.GossipAlive: 0, liveness.GossipDead: 0, "Unknown": 0}
+	c := map[string]int{liveness.GossipAlive: 0, liveness.GossipDead: 0, liveness.GossipMemberDown: 0, "Unknown": 0}
 	for _, w := range t.watches {
 		if w.state == "" {
 			c["Unknown"]++

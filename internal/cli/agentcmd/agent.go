@@ -101,15 +101,23 @@ Gossip (--gossip-key-file): the agents also form a SWIM membership among
 themselves (hashicorp/memberlist, as MetalLB's speakers do) on
 --gossip-bind-address:--gossip-port, UDP and TCP. Each agent watches the
 --gossip-watchers members that precede it on a hash ring of the members, and
-writes what its OWN direct probes say of them (Alive or Dead) into its
-PeeringReport's gossip field, under its own field manager: on a change, and
-every --report-interval. It votes Dead only when memberlist has declared the
-member dead AND its own probes go unanswered too: a death relayed by another
-member is never a vote. The controller counts a death when a quorum of a
+writes what its OWN probes say of them into its PeeringReport's gossip field,
+under its own field manager: on a change, and every --report-interval.
+Addresses come from the API, never from the gossip: each member's from the
+EndpointSlices of --gossip-service in --gossip-namespace (nodeName -> pod
+address), each host's from its Node (InternalIP and the kubelet's port). A
+member the API does not list, or that announces another address, is refused.
+When the membership says a watched member is dead or gone, the agent pings it
+at the API's address; if it stays silent, it dials the kubelet's port at the
+Node's address: accepted or refused is a live kernel (MemberDown: no vote, a
+rollout or a crash of the member); only silence is Dead. No address in the
+API, no probe and no vote. The controller counts a death when a quorum of a
 node's watchers say Dead, none says Alive, and the node's Lease is stale.
-Every message is encrypted and authenticated with the key in --gossip-key-file
-(16, 24 or 32 bytes, raw or base64): an agent without it cannot join, nor
-speak of anyone. --gossip-watchers must be the controller's
+Every message is encrypted and authenticated with the keyring in
+--gossip-key-file (one base64 key a line, the first encrypts): an agent
+without a key cannot join, nor speak of anyone. A key holder can, which is why
+votes rest on probes to the API's addresses and not on membership state.
+--gossip-watchers must be the controller's
 --gossip-watchers (3 unless set; the chart's gossip.watchers sets both): each
 agent writes its own in its report, and the controller logs every agent whose
 number differs and counts them (rebound_gossip_watchers_mismatched_agents),
@@ -265,7 +273,10 @@ the error names the flag to change.`,
 	f.DurationVar(&opts.StatusInterval, "status-interval", agent.DefaultStatusInterval, "how often to read BIRD's sessions (show protocols)")
 	f.DurationVar(&opts.ReportInterval, "report-interval", agent.DefaultReportInterval, "refresh the session report at least this often; keep it well below the controller's --peering-report-max-age")
 	f.DurationVar(&opts.ReadyAfter, "ready-after", agent.DefaultReadyAfter, "report ready after this long up even if peers in the set are not Established")
-	f.StringVar(&opts.Gossip.KeyFile, "gossip-key-file", "", "enable gossip: the file holding the cluster's shared gossip key, 16, 24 or 32 bytes, raw or base64 (openssl rand -base64 32); every agent needs the same one")
+	f.StringVar(&opts.Gossip.KeyFile, "gossip-key-file", "", "enable gossip: the file holding the cluster's gossip keyring, one base64 AES key of 16, 24 or 32 bytes per line (openssl rand -base64 32); the first encrypts, every one decrypts. Re-read every --gossip-key-reload-interval: rotate a key by writing \"old\\nnew\" everywhere, then \"new\\nold\", then \"new\" (docs/install.md)")
+	f.DurationVar(&opts.Gossip.KeyReloadInterval, "gossip-key-reload-interval", gossip.DefaultKeyReloadInterval, "how often --gossip-key-file is read again and its keys applied to the running keyring; wait this plus the kubelet's Secret sync (up to about a minute) between two steps of a key rotation")
+	f.StringVar(&opts.Gossip.Service, "gossip-service", agent.DefaultGossipService, "the gossip members' Service: its EndpointSlices (label kubernetes.io/service-name) give each node's member address (an endpoint's nodeName and address, the slice's gossip-udp port else --gossip-port). A member the API does not list there, or that announces another address, is refused; probes go only to the API's addresses, and a silent member's host is probed at its Node's InternalIP and kubelet port")
+	f.StringVar(&opts.Gossip.Namespace, "gossip-namespace", "", "the namespace of --gossip-service; default: $POD_NAMESPACE (the downward API), else "+agent.DefaultGossipNamespace)
 	f.StringVar(&gossipBind, "gossip-bind-address", "", "address to gossip on, this node's own (the other agents dial it); default: --address, else the node's BGP address as for BIRD")
 	f.IntVar(&opts.Gossip.Port, "gossip-port", gossip.DefaultPort, "gossip UDP and TCP port, the same on every agent (MetalLB's speakers default to 7946 too)")
 	f.StringSliceVar(&opts.Gossip.Join, "gossip-join", nil, "comma-separated members to join through: host:port, or host for --gossip-port; a DNS name, such as the agents' headless Service, stands for the addresses it resolves to, a few of which are tried at random. Retried with backoff until another member answers, and again whenever this one is left alone")
