@@ -195,7 +195,8 @@ const GossipKeyReloadInterval = time.Second
 // Service's controller would, and starts one gossip-only agent per node,
 // as the ServiceAccount of deploy/gossip's DaemonSet, each on its own
 // loopback address with a token bound to its node, all joining each
-// other, with a random key in its own key file in c.Dir (GossipAgent.KeyFile). Stop them with StopAll.
+// other, with a random key in its own key file in c.Dir
+// (GossipAgent.KeyFile). Stop them with StopAll.
 func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgentOptions) (map[string]*GossipAgent, error) {
 	if err := InstallGossipConfinement(ctx, c, "rebound-gossip"); err != nil {
 		return nil, err
