@@ -43,7 +43,7 @@ const chartDir = "rebound"
 var FullValues = map[string]any{
 	"namespace":     map[string]any{"create": true},
 	"agent":         map[string]any{"enabled": true},
-	"calico":        map[string]any{"enabled": true, "maxRestartTime": "120s"},
+	"calico":        map[string]any{"enabled": true, "maxRestartTime": "120s", "apiGroup": "projectcalico.org/v3"},
 	"networkPolicy": map[string]any{"metricsFrom": []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "monitoring"}}}}},
 	"metrics": map[string]any{
 		"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
@@ -157,9 +157,9 @@ func TestHelmChartRender(t *testing.T) {
 			var want, unwanted []string
 			switch tc.name {
 			case "default":
-				unwanted = []string{"--lease-plane", "--mark-pods-not-ready-early"}
+				unwanted = []string{"--lease-plane", "--mark-pods-not-ready-early", "--calico-api-group=auto"}
 			case "full":
-				want = []string{"--peering", "--calico", "--calico-max-restart-time=120s", "--dry-run", "--log-format=json", "--v=2", "--unhealthy-zone-threshold=0.6",
+				want = []string{"--peering", "--calico", "--calico-max-restart-time=120s", "--calico-api-group=projectcalico.org/v3", "--dry-run", "--log-format=json", "--v=2", "--unhealthy-zone-threshold=0.6",
 					"--lease-plane", "--mark-pods-not-ready-early"}
 			default: // gossip
 				want, unwanted = []string{"--lease-plane"}, []string{"--mark-pods-not-ready-early", "--peering"}

@@ -34,6 +34,7 @@ func runDetect(ctx context.Context, args []string) error {
 		skipS13   = fs.Bool("skip-s13", false, "measure only the gossip memberships, not S13 on the sandboxes")
 		bin       = fs.String("rebound", "", "the rebound binary to run as the controller and the agents (default: built from this checkout)")
 		keep      = fs.Bool("keep", false, "keep the sandboxes' folders (logs) after the run, and print where")
+		deaths    = fs.Int("deaths", 10, "how many deaths the lane with rebound measures, one after another, each at a random point of the dying node's Lease renew interval (the lane without rebound needs one)")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: rebound-bench detect [flags]
@@ -42,13 +43,21 @@ Two-plane detection (docs/detection.md), measured two ways.
 
 S13 on two 5-node sandboxes at once, with upstream's default timings (the
 kubelet's Lease renewed every 10 s, node grace 50 s, tolerations 300 s):
-node-3, which runs a critical Deployment's only pod and one of a Service's
-two endpoints, dies outright (its Lease stops, its agent is SIGKILLed).
-Without rebound, kube-controller-manager alone; with rebound, `+"`rebound controller --lease-plane --mark-pods-not-ready-early`"+`,
+the node that runs a critical Deployment's only pod and one of a Service's
+two endpoints dies outright (its Lease stops, its agent is SIGKILLed).
+Without rebound, kube-controller-manager alone, one death (node-3);
+with rebound, `+"`rebound controller --lease-plane --mark-pods-not-ready-early`"+`,
 gossiping agents on every node and a TwoPlanes policy (maxUnavailableTime
-0s). Printed for both lanes, from the death: the verdict, the endpoint off,
-the replacement Ready. About 6 minutes (the lane without rebound waits for
-upstream's 350 s).
+0s), --deaths deaths one after another: each kills the node that holds the
+pod then, at a uniformly random point of its Lease's renew interval (where
+in the interval a node dies decides how long its Lease still looks
+fresh), measures, brings the node back and waits until both planes hold
+it alive again. The controller taints at most 2 nodes a minute on 5
+nodes (its safety cap), so the deaths go two a minute: 10 take about 5
+minutes, while the lane without rebound waits for upstream's 350 s.
+Printed from each death: where in the renew interval it came, the
+verdict, the endpoint off, the replacement Ready; for rebound their
+median and worst. About 7 minutes with the default 10 deaths.
 
 Then, for each --nodes size, that many gossip members in this process on
 loopback addresses: the bytes per second each agent sends and receives in
@@ -56,6 +65,7 @@ the steady state, and how long after one member is killed a quorum of its
 watchers has written it dead.
 
   rebound-bench detect                   # both, with --nodes 30,100
+  rebound-bench detect --deaths 30 --nodes 30      # a firmer worst: 15 minutes
   rebound-bench detect --skip-s13 --nodes 30,300   # on 8 cores or more
 
 Flags:
@@ -64,6 +74,9 @@ Flags:
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *deaths < 1 {
+		return fmt.Errorf("--deaths %d: measure at least 1 death (the default is 10)", *deaths)
 	}
 	var sizes []int
 	for _, s := range strings.Split(*nodesFlag, ",") {
@@ -75,7 +88,7 @@ Flags:
 	}
 	ctrl.SetLogger(logr.Discard())
 	if !*skipS13 {
-		if err := detectS13(ctx, *bin, *fast, *keep); err != nil {
+		if err := detectS13(ctx, *bin, *fast, *keep, *deaths); err != nil {
 			return err
 		}
 	}
@@ -112,7 +125,7 @@ Flags:
 }
 
 // detectS13 plays S13 on two sandboxes with the default (or fast) timings.
-func detectS13(ctx context.Context, bin string, fast, keep bool) error {
+func detectS13(ctx context.Context, bin string, fast, keep bool, deaths int) error {
 	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Progress: os.Stderr})
 	if err != nil {
 		return err
@@ -182,24 +195,36 @@ func detectS13(ctx context.Context, bin string, fast, keep bool) error {
 	}
 	defer scenario.StopAll(agents)
 
-	fmt.Fprintf(os.Stderr, "detect: S13 on two 5-node sandboxes (Lease renewed every %s, node grace %s, tolerations %ds) ...\n",
-		timings.NodeLeaseDuration/4, timings.NodeMonitorGracePeriod, timings.DefaultTolerationSeconds)
+	fmt.Fprintf(os.Stderr, "detect: S13 on two 5-node sandboxes (Lease renewed every %s, node grace %s, tolerations %ds), %d deaths with rebound ...\n",
+		timings.NodeLeaseDuration/4, timings.NodeMonitorGracePeriod, timings.DefaultTolerationSeconds, deaths)
 	p := scenario.Pair{Without: clusters[0], With: with,
 		WithoutTimeline: scenario.NewTimeline(prefixed("[without rebound] ")), WithTimeline: scenario.NewTimeline(prefixed("[with rebound]    "))}
-	res, err := scenario.RunS13Pair(ctx, p, scenario.S13PairOptions{
-		Workload:  scenario.CriticalStandIn("node-3"),
-		Peer:      "node-0",
-		KillAgent: agents["node-3"].HostDeath,
-	})
+	started := time.Now()
+	res, err := scenario.RunS13SeriesPair(ctx, p, scenario.S13SeriesPairOptions{Series: scenario.S13SeriesOptions{
+		Workload: scenario.CriticalStandIn("node-3"),
+		Peer:     "node-0",
+		Deaths:   deaths,
+		Kill:     func(n string) error { return agents[n].HostDeath() },
+		Revive:   func(n string) error { return agents[n].HostRevive() },
+		Agents:   with.NodeNames,
+	}})
 	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "from node-3's death\twithout rebound\twith rebound")
-	fmt.Fprintf(tw, "verdict\t%.1fs (NotReady)\t%.1fs (taint %s)\n", res.Without.Verdict.Seconds(), res.With.Verdict.Seconds(), scenario.UnreachableTaint)
-	fmt.Fprintf(tw, "endpoint off\t%.1fs\t%.1fs\n", res.Without.EndpointsOff.Seconds(), res.With.EndpointsOff.Seconds())
-	fmt.Fprintf(tw, "replacement Ready\t%.1fs\t%.1fs\n", res.Without.ReplacementReady.Seconds(), res.With.ReplacementReady.Seconds())
+	fmt.Fprintln(tw, "with rebound\tnode\tin the renew interval\tverdict (taint)\tendpoint off\treplacement Ready")
+	for i, d := range res.With {
+		fmt.Fprintf(tw, "death %d\t%s\t%.2fs\t%.1fs\t%.1fs\t%.1fs\n", i+1, d.Victim, d.Offset.Seconds(), d.Verdict.Seconds(), d.EndpointsOff.Seconds(), d.ReplacementReady.Seconds())
+	}
 	tw.Flush()
+	fmt.Println()
+	verdict, off, ready := res.Figures()
+	fmt.Fprintln(tw, "from the death\twithout rebound (1 death)\twith rebound: median\tworst")
+	fmt.Fprintf(tw, "verdict\t%.1fs (NotReady)\t%.1fs (taint %s)\t%.1fs\n", res.Without.Verdict.Seconds(), verdict.Median.Seconds(), scenario.UnreachableTaint, verdict.Worst.Seconds())
+	fmt.Fprintf(tw, "endpoint off\t%.1fs\t%.1fs\t%.1fs\n", res.Without.EndpointsOff.Seconds(), off.Median.Seconds(), off.Worst.Seconds())
+	fmt.Fprintf(tw, "replacement Ready\t%.1fs\t%.1fs\t%.1fs\n", res.Without.ReplacementReady.Seconds(), ready.Median.Seconds(), ready.Worst.Seconds())
+	tw.Flush()
+	fmt.Fprintf(os.Stderr, "detect: S13 took %s\n", time.Since(started).Round(time.Second))
 	w := report.NewWriter(os.Stdout)
 	res.Write(w)
 	w.Config("s13_node_grace", timings.NodeMonitorGracePeriod.Seconds(), "s")

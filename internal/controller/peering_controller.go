@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -20,6 +22,7 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/peering"
+	"rebound/pkg/peering/calico"
 )
 
 var (
@@ -59,6 +62,9 @@ type PeeringReconciler struct {
 	reader   client.Reader // uncached: the state ConfigMap, Calico objects
 	recorder events.EventRecorder
 	opts     PeeringOptions
+	// discovery lists the API groups, for the Calico BGPPeer's group
+	// (calico.DiscoverAPIGroup); set when opts.Calico is.
+	discovery discovery.ServerGroupsInterface
 
 	mu        sync.Mutex
 	state     *peering.State // nil until loaded from the ConfigMap
@@ -66,6 +72,7 @@ type PeeringReconciler struct {
 	last      peering.Result // the last plan, for LastPlan and tests
 	frozen    string         // the freeze reason last announced, "" when not frozen
 	stopped   bool           // the stop switch was pulled at the last pass
+	calico    string         // the Calico API group and reason last logged
 }
 
 // peeringKey is the one key: the set is one decision over all nodes.
@@ -83,6 +90,13 @@ func SetupPeering(mgr ctrl.Manager, opts PeeringOptions) error {
 		reader:   mgr.GetAPIReader(),
 		recorder: mgr.GetEventRecorder("rebound-" + opts.Name),
 		opts:     opts,
+	}
+	if opts.Calico != nil {
+		d, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("calico backend: discovery client: %w", err)
+		}
+		r.discovery = d
 	}
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{peeringKey}
@@ -138,7 +152,11 @@ func (r *PeeringReconciler) pass(ctx context.Context, log logr.Logger) (ctrl.Res
 		return r.next(res, true), err
 	}
 	r.logChanges(log, res)
-	err = publishAll(ctx, r.publishers(), peeringOutcome{Result: res, Nodes: snap.Nodes, Now: snap.Now})
+	out := peeringOutcome{Result: res, Nodes: snap.Nodes, Now: snap.Now}
+	if r.opts.Calico != nil && !r.opts.DryRun {
+		out.Calico = r.calicoAPIGroup(log)
+	}
+	err = publishAll(ctx, r.publishers(), out)
 	return r.next(res, err != nil), err
 }
 
@@ -214,6 +232,32 @@ func (r *PeeringReconciler) noteFrozen(ctx context.Context, log logr.Logger, res
 		}
 	}
 	r.frozen = res.FrozenReason
+}
+
+// calicoAPIGroup chooses, at every pass, the group the Calico BGPPeer is
+// written to: the one calico-node's confd reads (calico.ChooseAPIGroup),
+// which changes when Calico's CRDs are installed or removed. The choice and
+// its reason are logged when they change.
+func (r *PeeringReconciler) calicoAPIGroup(log logr.Logger) *calicoGroup {
+	choice, err := calico.DiscoverAPIGroup(r.discovery, r.opts.Calico.APIGroup)
+	g := &calicoGroup{Choice: choice, Err: err}
+	if said := g.group() + "\x00" + g.reason(); said != r.calico {
+		r.calico = said
+		if err != nil {
+			log.Error(err, "Calico BGPPeer: no API group to write it to", "setting", calicoSetting(r.opts.Calico.APIGroup))
+		} else {
+			log.Info("Calico BGPPeer API group", "apiGroup", g.group(), "reason", g.reason(), "setting", calicoSetting(r.opts.Calico.APIGroup))
+		}
+	}
+	return g
+}
+
+// calicoSetting is the setting as the flag spells it.
+func calicoSetting(s string) string {
+	if v, err := calico.ParseAPIGroup(s); err == nil {
+		return v
+	}
+	return s
 }
 
 // LastPlan returns the last plan, for diagnostics and tests.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +41,49 @@ type peeringOutcome struct {
 	Result peering.Result
 	Nodes  []corev1.Node
 	Now    time.Time
+	// Calico is the Calico BGPPeer's API group chosen for this pass; nil
+	// without the Calico backend.
+	Calico *calicoGroup
+}
+
+// calicoGroup is the group the Calico BGPPeer goes to, or why there is
+// none (Err).
+type calicoGroup struct {
+	Choice calico.APIGroupChoice
+	Err    error
+}
+
+// group is the chosen group/version, "" when none could be chosen.
+func (g *calicoGroup) group() string {
+	if g.Err != nil {
+		return ""
+	}
+	return g.Choice.APIGroup()
+}
+
+// reason says why, or what went wrong.
+func (g *calicoGroup) reason() string {
+	if g.Err != nil {
+		return g.Err.Error()
+	}
+	return g.Choice.Reason
+}
+
+// annotations are what the peer-set document says about it: the
+// group and the reason, for `rebound diagnose` and people. Without the
+// Calico backend (g nil) both are removed.
+func (g *calicoGroup) annotate(ann map[string]string) map[string]string {
+	if g == nil {
+		delete(ann, calico.AnnotationAPIGroup)
+		delete(ann, calico.AnnotationAPIGroupReason)
+		return ann
+	}
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[calico.AnnotationAPIGroup] = g.group()
+	ann[calico.AnnotationAPIGroupReason] = g.reason()
+	return ann
 }
 
 // publisherAfter is a publisher that must not run in a pass where
@@ -112,7 +156,7 @@ func (p peerSetDocument) Publish(ctx context.Context, out peeringOutcome) error 
 	if exists {
 		if old, perr := kube.PeerSetFromConfigMap(&cm); perr == nil {
 			if old.SameContent(res.PeerSet(old.Generation, old.PublishedAt)) {
-				return nil
+				return p.annotate(ctx, &cm, out.Calico)
 			}
 			gen = old.Generation + 1
 		} else {
@@ -126,19 +170,36 @@ func (p peerSetDocument) Publish(ctx context.Context, out peeringOutcome) error 
 	}
 	if !exists {
 		cm = corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: p.key.Name, Namespace: p.key.Namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "rebound"}},
-			Data:       map[string]string{peering.PeerSetKey: doc.Encode()},
+			ObjectMeta: metav1.ObjectMeta{Name: p.key.Name, Namespace: p.key.Namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "rebound"},
+				Annotations: out.Calico.annotate(nil)},
+			Data: map[string]string{peering.PeerSetKey: doc.Encode()},
 		}
 		if err := p.client.Create(ctx, &cm); err != nil {
 			return fmt.Errorf("create the published peer set ConfigMap %s (does namespace %s exist?): %w", p.key, p.key.Namespace, err)
 		}
 	} else {
 		cm.Data = map[string]string{peering.PeerSetKey: doc.Encode()}
+		cm.Annotations = out.Calico.annotate(cm.Annotations)
 		if err := p.client.Update(ctx, &cm); err != nil {
 			return fmt.Errorf("update the published peer set ConfigMap %s: %w", p.key, err)
 		}
 	}
 	log.Info("peer set published", "generation", gen, "members", len(doc.Peers), "floor", doc.Floor, "frozen", doc.Frozen)
+	return nil
+}
+
+// annotate writes the Calico annotations of a document whose set has
+// not changed, when they differ from what it says.
+func (p peerSetDocument) annotate(ctx context.Context, cm *corev1.ConfigMap, g *calicoGroup) error {
+	before := maps.Clone(cm.Annotations)
+	after := g.annotate(maps.Clone(cm.Annotations))
+	if maps.Equal(before, after) {
+		return nil
+	}
+	cm.Annotations = after
+	if err := p.client.Update(ctx, cm); err != nil {
+		return fmt.Errorf("update the published peer set ConfigMap %s (Calico API group): %w", p.key, err)
+	}
 	return nil
 }
 
@@ -200,7 +261,10 @@ func (p nodeLabels) Publish(ctx context.Context, out peeringOutcome) error {
 }
 
 // calicoBGPPeer makes sure the BGPPeer that meshes the set exists with the
-// wanted spec. It never touches the BGPConfiguration: switching Calico's
+// wanted spec, in the API group of the pass's choice (the one
+// calico-node reads). A copy left in the other group by an earlier
+// choice is left alone: calico-node does not read it, and it is
+// overwritten if that group is chosen again. It never touches the BGPConfiguration: switching Calico's
 // own node-to-node mesh off is the operator's step of the migration.
 type calicoBGPPeer struct {
 	client client.Client
@@ -210,19 +274,26 @@ type calicoBGPPeer struct {
 
 func (calicoBGPPeer) Name() string { return "Calico BGPPeer" }
 
-func (p calicoBGPPeer) Publish(ctx context.Context, _ peeringOutcome) error {
+func (p calicoBGPPeer) Publish(ctx context.Context, out peeringOutcome) error {
 	log := ctrl.LoggerFrom(ctx)
-	gvk, err := calico.ServedBGPPeerAPI(p.client.RESTMapper())
-	if err != nil {
-		return reconcile.TerminalError(fmt.Errorf("calico backend: install Calico's CRDs or drop the Calico option: %w", err))
+	if out.Calico == nil {
+		return errors.New("calico backend: no API group chosen")
 	}
+	if out.Calico.Err != nil {
+		if errors.Is(out.Calico.Err, calico.ErrDiscovery) {
+			return out.Calico.Err // the API server's hiccup: retried
+		}
+		// A setting or an install to fix: the next node change retries.
+		return reconcile.TerminalError(out.Calico.Err)
+	}
+	gvk := out.Calico.Choice.GVK
 	want := calico.BGPPeerAs(gvk, p.opts)
 	got := &unstructured.Unstructured{}
 	got.SetGroupVersionKind(gvk)
-	err = p.reader.Get(ctx, client.ObjectKey{Name: want.GetName()}, got)
+	err := p.reader.Get(ctx, client.ObjectKey{Name: want.GetName()}, got)
 	switch {
 	case meta.IsNoMatchError(err):
-		return reconcile.TerminalError(fmt.Errorf("calico backend: the API server does not serve %s: install Calico's CRDs or drop the Calico option: %w", gvk, err))
+		return reconcile.TerminalError(fmt.Errorf("calico backend: the API server serves %s but not its BGPPeer kind: install Calico's bgppeers CRD or drop the Calico option: %w", gvk.GroupVersion(), err))
 	case apierrors.IsNotFound(err):
 		if err := p.client.Create(ctx, want); err != nil {
 			return fmt.Errorf("calico backend: create BGPPeer %s: %w", want.GetName(), err)
@@ -242,6 +313,6 @@ func (p calicoBGPPeer) Publish(ctx context.Context, _ peeringOutcome) error {
 	if err := p.client.Update(ctx, got); err != nil {
 		return fmt.Errorf("calico backend: update BGPPeer %s: %w", want.GetName(), err)
 	}
-	log.Info("Calico BGPPeer updated", "name", want.GetName())
+	log.Info("Calico BGPPeer updated", "name", want.GetName(), "apiVersion", gvk.GroupVersion().String())
 	return nil
 }

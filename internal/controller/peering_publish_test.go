@@ -12,7 +12,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,12 +59,32 @@ func (w *peeringWrites) take() []string {
 // newPeeringWithCalico is a reconciler over a fake API that serves
 // Calico's v3 BGPPeer, with every write going through w.
 func newPeeringWithCalico(t *testing.T, w *peeringWrites, objs ...client.Object) (*PeeringReconciler, client.Client) {
+	return newPeeringServingCalico(t, w, []schema.GroupVersionKind{calico.BGPPeerV3GVK}, objs...)
+}
+
+// servedGroups is a discovery that serves the groups of served.
+type servedGroups []schema.GroupVersionKind
+
+func (s servedGroups) ServerGroups() (*metav1.APIGroupList, error) {
+	l := &metav1.APIGroupList{Groups: []metav1.APIGroup{{Name: "apps"}}}
+	for _, gvk := range s {
+		l.Groups = append(l.Groups, metav1.APIGroup{Name: gvk.Group})
+	}
+	return l, nil
+}
+
+// newPeeringServingCalico is a reconciler over a fake API that serves the
+// BGPPeer of each of served (discovery and mapping alike), with every
+// write going through w.
+func newPeeringServingCalico(t *testing.T, w *peeringWrites, served []schema.GroupVersionKind, objs ...client.Object) (*PeeringReconciler, client.Client) {
 	t.Helper()
 	s := Scheme()
-	s.AddKnownTypeWithName(calico.BGPPeerV3GVK, &unstructured.Unstructured{})
-	s.AddKnownTypeWithName(calico.BGPPeerV3GVK.GroupVersion().WithKind("BGPPeerList"), &unstructured.UnstructuredList{})
 	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(calico.BGPPeerV3GVK, meta.RESTScopeRoot)
+	for _, gvk := range served {
+		s.AddKnownTypeWithName(gvk, &unstructured.Unstructured{})
+		s.AddKnownTypeWithName(gvk.GroupVersion().WithKind("BGPPeerList"), &unstructured.UnstructuredList{})
+		mapper.Add(gvk, meta.RESTScopeRoot)
+	}
 	base := fake.NewClientBuilder().WithScheme(s).WithRESTMapper(mapper).WithObjects(objs...).Build()
 	c := interceptor.NewClient(base, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
@@ -92,6 +114,7 @@ func newPeeringWithCalico(t *testing.T, w *peeringWrites, objs ...client.Object)
 	})
 	r, _ := newPeeringForTest(base, clocktesting.NewFakeClock(peeringT0))
 	r.client, r.reader = c, c
+	r.discovery = servedGroups(served)
 	r.opts.Calico = &calico.PeerOptions{MaxRestartTime: 30 * time.Second}
 	return r, base
 }
@@ -237,5 +260,101 @@ func TestPeeringPublisherFailureIsNamedAndOthersRun(t *testing.T) {
 				t.Errorf("labels after the API came back: %v", got)
 			}
 		})
+	}
+}
+
+// TestPeeringCalicoAPIGroup: the BGPPeer goes to the API group
+// calico-node's confd reads (calico.ChooseAPIGroup), and the peer-set
+// document says which and why in its annotations; an explicit group the
+// API server does not serve writes no BGPPeer, is the pass's error, and
+// the document says so. A second pass writes nothing.
+func TestPeeringCalicoAPIGroup(t *testing.T) {
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	v1, v3 := calico.BGPPeerGVK, calico.BGPPeerV3GVK
+	for _, tc := range []struct {
+		name    string
+		served  []schema.GroupVersionKind
+		setting string
+		want    schema.GroupVersionKind // empty: no BGPPeer
+		reason  string                  // in the annotation and, for an error, the pass's error
+	}{
+		{"only v1 served", []schema.GroupVersionKind{v1}, "", v1, "only crd.projectcalico.org is served"},
+		{"only v3 served", []schema.GroupVersionKind{v3}, "", v3, "only projectcalico.org is served"},
+		{"both served: v1 under auto, as confd reads", []schema.GroupVersionKind{v1, v3}, calico.APIGroupAuto, v1, "both groups are served"},
+		{"both served, v3 forced", []schema.GroupVersionKind{v1, v3}, calico.APIGroupV3, v3, "set explicitly to projectcalico.org/v3"},
+		{"only v3 served, v1 forced: an error", []schema.GroupVersionKind{v3}, calico.APIGroupV1, schema.GroupVersionKind{}, "does not serve crd.projectcalico.org"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &peeringWrites{}
+			r, base := newPeeringServingCalico(t, w, tc.served, peeringPublishNodes()...)
+			r.opts.Calico.APIGroup = tc.setting
+			_, err := r.pass(ctx, ctrl.Log)
+			switch {
+			case tc.want.Empty() && (err == nil || !strings.Contains(err.Error(), "Calico BGPPeer: ") || !strings.Contains(err.Error(), tc.reason)):
+				t.Fatalf("pass: err = %v, want the Calico BGPPeer's error saying %q", err, tc.reason)
+			case !tc.want.Empty() && err != nil:
+				t.Fatalf("pass: %v", err)
+			}
+			for _, gvk := range tc.served {
+				got := &unstructured.Unstructured{}
+				got.SetGroupVersionKind(gvk)
+				gerr := base.Get(ctx, client.ObjectKey{Name: calico.DefaultPeerName}, got)
+				if wantIt := gvk == tc.want; (gerr == nil) != wantIt {
+					t.Errorf("BGPPeer in %s: err = %v, want it written = %v", gvk.GroupVersion(), gerr, wantIt)
+				}
+			}
+			var cm corev1.ConfigMap
+			if err := base.Get(ctx, r.opts.PeerSet, &cm); err != nil {
+				t.Fatalf("the peer-set document: %v", err)
+			}
+			wantGroup := ""
+			if !tc.want.Empty() {
+				wantGroup = tc.want.GroupVersion().String()
+			}
+			if g := cm.Annotations[calico.AnnotationAPIGroup]; g != wantGroup {
+				t.Errorf("document annotation %s = %q, want %q", calico.AnnotationAPIGroup, g, wantGroup)
+			}
+			if why := cm.Annotations[calico.AnnotationAPIGroupReason]; !strings.Contains(why, tc.reason) {
+				t.Errorf("document annotation %s = %q, want it to say %q", calico.AnnotationAPIGroupReason, why, tc.reason)
+			}
+			w.take()
+			_, _ = r.pass(ctx, ctrl.Log)
+			if again := w.take(); len(again) != 0 {
+				t.Errorf("second pass wrote %v, want nothing", again)
+			}
+		})
+	}
+}
+
+// TestPeeringCalicoAPIGroupFollowsTheCluster: when the v1 CRDs come to be
+// served beside native v3 ones, the next pass writes the BGPPeer to v1,
+// where a calico-node started now reads, and the document says so.
+func TestPeeringCalicoAPIGroupFollowsTheCluster(t *testing.T) {
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	w := &peeringWrites{}
+	both := []schema.GroupVersionKind{calico.BGPPeerV3GVK, calico.BGPPeerGVK}
+	r, base := newPeeringServingCalico(t, w, both, peeringPublishNodes()...)
+	r.discovery = servedGroups(both[:1])
+	if _, err := r.pass(ctx, ctrl.Log); err != nil {
+		t.Fatal(err)
+	}
+	r.discovery = servedGroups(both)
+	if _, err := r.pass(ctx, ctrl.Log); err != nil {
+		t.Fatal(err)
+	}
+	writes := w.take()
+	for _, want := range []string{"create BGPPeer/" + calico.DefaultPeerName, "update ConfigMap/" + peering.DefaultPeerSetName} {
+		if !slices.Contains(writes, want) {
+			t.Errorf("writes %v lack %q", writes, want)
+		}
+	}
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(calico.BGPPeerGVK)
+	if err := base.Get(ctx, client.ObjectKey{Name: calico.DefaultPeerName}, got); err != nil {
+		t.Errorf("v1 BGPPeer after v1 came to be served: %v", err)
+	}
+	var cm corev1.ConfigMap
+	if err := base.Get(ctx, r.opts.PeerSet, &cm); err != nil || cm.Annotations[calico.AnnotationAPIGroup] != calico.APIGroupV1 {
+		t.Errorf("document annotations %v (%v), want %s", cm.Annotations, err, calico.APIGroupV1)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
+	"rebound/pkg/peering/calico"
 	"rebound/pkg/peering/kube"
 )
 
@@ -21,6 +22,7 @@ import (
 func (e *explainer) explainBGP() {
 	b := &e.report.BGP
 	b.Nodes, b.KeptNotReady, b.LeftOut, b.Budgets = []BGPNode{}, []BGPMember{}, []BGPMember{}, []BGPBudget{}
+	e.explainCalico()
 	names := slices.Sorted(maps.Keys(e.nodes))
 	st, managed := e.bgpStatus(names)
 	if !managed {
@@ -38,6 +40,23 @@ func (e *explainer) explainBGP() {
 			Since: m.NotReadySince})
 	}
 	e.bgpBudgets(names)
+}
+
+// explainCalico reports where the Calico BGPPeer goes, as the controller
+// publishes it; a controller that could choose no group writes no
+// BGPPeer, which is a finding: with Calico's mesh off, calico-node's BIRD
+// then peers with no node of the set.
+func (e *explainer) explainCalico() {
+	c := e.x.Calico
+	if c == nil {
+		return
+	}
+	e.report.BGP.Calico = &BGPCalico{APIGroup: c.APIGroup, Reason: c.Reason}
+	if c.APIGroup == "" {
+		e.add(Finding{Impact: ImpactPending, Kind: "CalicoNoBGPPeer", Object: "Calico BGPPeer " + calico.DefaultPeerName,
+			Cause:   "the controller writes no Calico BGPPeer: " + c.Reason,
+			Rebound: "the controller retries at every pass; fix its --calico-api-group or install Calico's CRDs (docs/peering-calico.md)"})
+	}
 }
 
 // bgpStatus says whether rebound's peering is in use (agents report, or

@@ -58,6 +58,9 @@ type Extra struct {
 	PeeringReports []peering.Report
 	// PeerSet is the published set document, nil when there is none.
 	PeerSet *peering.PeerSet
+	// Calico is what the document says about the Calico BGPPeer's API
+	// group, nil when it says nothing (no Calico backend).
+	Calico *BGPCalico
 	// Leases is the Lease plane the verdicts were judged with
 	// (kube.LeasesAsWritten); nil when the Leases could not be read.
 	Leases map[string]liveness.Lease

@@ -25,6 +25,7 @@ import (
 	"rebound/pkg/exitcode"
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
+	"rebound/pkg/peering/calico"
 	"rebound/pkg/peering/kube"
 	"rebound/pkg/policyfile"
 	"rebound/pkg/rescue"
@@ -183,6 +184,9 @@ func gatherPeering(ctx context.Context, c Clients, x *Extra) error {
 	case err != nil && !apierrors.IsNotFound(err):
 		return describe(c, "configmaps", err)
 	case err == nil && len(cms.Items) == 1:
+		if group, ok := cms.Items[0].Annotations[calico.AnnotationAPIGroup]; ok {
+			x.Calico = &BGPCalico{APIGroup: group, Reason: cms.Items[0].Annotations[calico.AnnotationAPIGroupReason]}
+		}
 		set, perr := kube.PeerSetFromConfigMap(&cms.Items[0])
 		if perr != nil {
 			x.Warnings = append(x.Warnings, perr.Error())

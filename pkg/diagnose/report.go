@@ -298,6 +298,19 @@ type BGP struct {
 	// Budgets are every node's blackhole budget (see BGPBudget), sorted
 	// by node name; empty when rebound's peering is not in use.
 	Budgets []BGPBudget `json:"budgets"`
+	// Calico is where the controller's Calico backend writes its BGPPeer,
+	// as the published peer set says; nil without the Calico backend.
+	Calico *BGPCalico `json:"calico,omitempty"`
+}
+
+// BGPCalico is the API group of the Calico BGPPeer, and why.
+type BGPCalico struct {
+	// APIGroup is crd.projectcalico.org/v1 or projectcalico.org/v3, ""
+	// when the controller could choose none (Reason says why).
+	APIGroup string `json:"apiGroup"`
+	// Reason is the controller's: the --calico-api-group setting and the
+	// groups the API server serves.
+	Reason string `json:"reason"`
 }
 
 // BGPNode is one agent's report.

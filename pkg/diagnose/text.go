@@ -149,6 +149,13 @@ func WriteText(w io.Writer, r Report) error {
 	if r.BGP.Message != "" {
 		p.wrapped("  ", r.BGP.Message)
 	}
+	if c := r.BGP.Calico; c != nil {
+		if c.APIGroup != "" {
+			p.wrapped("  ", fmt.Sprintf("Calico BGPPeer written to %s: %s", c.APIGroup, c.Reason))
+		} else {
+			p.wrapped("  ", "Calico BGPPeer written nowhere: "+c.Reason)
+		}
+	}
 	for _, n := range r.BGP.Nodes {
 		state := "Ready"
 		if !n.Ready {

@@ -88,7 +88,9 @@ const oldMeshOffPatch = `{"spec":{"nodeToNodeMeshEnabled":false}}`
 //   - the BGPPeer of the controller's backend (calico.BGPPeerAs, the
 //     function the Calico publisher calls) is accepted by both, with strict field
 //     validation, and stored as written; the controller itself writes the
-//     same object to the API discovery picks;
+//     same object, with both groups served, to crd.projectcalico.org/v1
+//     (where calico-node's confd reads then) and not to v3, or to v3 when
+//     told so, and its peer-set document says which and why;
 //   - the rules are live: the fields only Calico Enterprise has and the
 //     field combinations Calico forbids are refused;
 //   - the migration's mesh-off patch (calico.MeshOffPatch, quoted by
@@ -178,24 +180,49 @@ func TestCalicoPublishedCRDs(t *testing.T) {
 		}
 	})
 
-	t.Run("the controller's BGPPeer", func(t *testing.T) {
-		// Both groups are served, so discovery picks v3.
-		opts := calico.PeerOptions{MaxRestartTime: 120 * time.Second}
-		startPeeringController(t, c, controller.PeeringOptions{
-			Name:   "peering-calico-published",
-			Config: peering.Config{PruneGracePeriod: 2 * time.Second},
-			State:  controllerState("rebound-peering-calico-published"),
-			Calico: &opts,
-		})
-		want := calico.BGPPeerAs(calico.BGPPeerV3GVK, opts)
-		poll(ctx, t, 30*time.Second, "the controller's v3 BGPPeer "+want.GetName(), func() (bool, string) {
-			got, err := dyn.Resource(bgpPeersV3).Get(ctx, want.GetName(), metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
+	// Both groups are served, as in a cluster mid-migration to Calico's
+	// native v3 CRDs: calico-node's confd reads crd.projectcalico.org/v1
+	// then, so that is where the controller writes, unless told otherwise.
+	for _, row := range []struct {
+		name, short, setting string
+		want, notIn          schema.GroupVersionResource
+		reason               string
+	}{
+		{"auto", "auto", calico.APIGroupAuto, bgpPeers, bgpPeersV3, "both groups are served"},
+		{"--calico-api-group=projectcalico.org/v3", "v3", calico.APIGroupV3, bgpPeersV3, bgpPeers, "set explicitly to projectcalico.org/v3"},
+	} {
+		t.Run("the controller's BGPPeer, both groups served, "+row.name, func(t *testing.T) {
+			opts := calico.PeerOptions{MaxRestartTime: 120 * time.Second, APIGroup: row.setting}
+			want := calico.BGPPeer(opts)
+			// Registered first, so run after the controller has stopped:
+			// the next row starts from no BGPPeer in either group.
+			t.Cleanup(func() {
+				if err := dyn.Resource(row.want).Delete(ctx, want.GetName(), metav1.DeleteOptions{}); err != nil {
+					t.Errorf("clean up: %v", err)
+				}
+			})
+			doc := startPeeringController(t, c, controller.PeeringOptions{
+				Name:   "peering-calico-published-" + row.short,
+				Config: peering.Config{PruneGracePeriod: 2 * time.Second},
+				State:  controllerState("rebound-peering-calico-published-" + row.short),
+				Calico: &opts,
+			})
+			poll(ctx, t, 30*time.Second, "the controller's BGPPeer in "+row.want.GroupVersion().String(), func() (bool, string) {
+				got, err := dyn.Resource(row.want).Get(ctx, want.GetName(), metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				return calico.SpecEqual(got, want), fmt.Sprintf("spec %v, want %v", got.Object["spec"], want.Object["spec"])
+			})
+			if _, err := dyn.Resource(row.notIn).Get(ctx, want.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("BGPPeer %s in %s: err = %v, want NotFound (only %s is written)", want.GetName(), row.notIn.GroupVersion(), err, row.want.GroupVersion())
 			}
-			return calico.SpecEqual(got, want), fmt.Sprintf("spec %v, want %v", got.Object["spec"], want.Object["spec"])
+			group, reason := publishedCalicoGroup(ctx, t, c, doc)
+			if group != row.want.GroupVersion().String() || !strings.Contains(reason, row.reason) {
+				t.Errorf("peer-set document says group %q, reason %q; want %s, %q", group, reason, row.want.GroupVersion(), row.reason)
+			}
 		})
-	})
+	}
 }
 
 // meshOff creates the BGPConfiguration "default" with spec in one API

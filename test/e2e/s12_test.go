@@ -56,12 +56,14 @@ func TestS12ControllerDown(t *testing.T) {
 	installCRDs(ctx, t, c, crds)
 	dyn, err := dynamic.NewForConfig(c.Config)
 	must(t, err)
+	// Both groups are served: calico-node reads crd.projectcalico.org/v1
+	// then, and so does this test, where the controller writes.
 	mesh := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": calico.V3Group + "/" + calico.V3Version, "kind": "BGPConfiguration",
+		"apiVersion": calico.APIGroupV1, "kind": "BGPConfiguration",
 		"metadata": map[string]any{"name": calico.DefaultBGPConfigurationName},
 		"spec":     map[string]any{"nodeToNodeMeshEnabled": false},
 	}}
-	_, err = dyn.Resource(bgpConfigsV3).Create(ctx, mesh, metav1.CreateOptions{})
+	_, err = dyn.Resource(bgpConfigs).Create(ctx, mesh, metav1.CreateOptions{})
 	must(t, err)
 	must(t, scenario.InstallRejoin(ctx, c.Config))
 
@@ -84,8 +86,8 @@ func TestS12ControllerDown(t *testing.T) {
 	t.Cleanup(func() { _ = ctrl.Stop() })
 
 	var peer *unstructured.Unstructured
-	poll(ctx, t, 30*time.Second, "v3 BGPPeer "+calico.DefaultPeerName, func() (bool, string) {
-		peer, err = dyn.Resource(bgpPeersV3).Get(ctx, calico.DefaultPeerName, metav1.GetOptions{})
+	poll(ctx, t, 30*time.Second, "v1 BGPPeer "+calico.DefaultPeerName, func() (bool, string) {
+		peer, err = dyn.Resource(bgpPeers).Get(ctx, calico.DefaultPeerName, metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
 	for _, f := range []string{"nodeSelector", "peerSelector"} {
@@ -197,7 +199,7 @@ func watchRejoin(ctx context.Context, t *testing.T, c *sandbox.Cluster, node str
 // ends (nodeSelector and peerSelector), with Calico's selector semantics.
 func meshed(ctx context.Context, t *testing.T, c *sandbox.Cluster, dyn dynamic.Interface, node string) bool {
 	t.Helper()
-	p, err := dyn.Resource(bgpPeersV3).Get(ctx, calico.DefaultPeerName, metav1.GetOptions{})
+	p, err := dyn.Resource(bgpPeers).Get(ctx, calico.DefaultPeerName, metav1.GetOptions{})
 	must(t, err)
 	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	must(t, err)

@@ -8,13 +8,17 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -53,6 +57,7 @@ func NewCommand() *cobra.Command {
 		peeringNodes  string
 		calicoOn      bool
 		calicoRestart time.Duration
+		calicoGroup   string
 		noRecovery    bool
 		leasePlane    bool
 		markEarly     bool
@@ -114,6 +119,14 @@ upstream eviction.`,
 			if markEarly && !leasePlane {
 				return errors.New("--mark-pods-not-ready-early needs --lease-plane: without the Lease plane no node is ever found dead on both planes")
 			}
+			if cmd.Flags().Changed("calico-api-group") && !calicoOn {
+				return errors.New("--calico-api-group needs --calico: without the Calico backend no BGPPeer is written")
+			}
+			group, err := calico.ParseAPIGroup(calicoGroup)
+			if err != nil {
+				return fmt.Errorf("--calico-api-group %q: want one of %s (calico-node's CALICO_API_GROUP, or auto)", calicoGroup, strings.Join(calico.APIGroupValues, ", "))
+			}
+			calicoGroup = group
 			if stopSwitch != "" {
 				recOpts.StopSwitch = types.NamespacedName{Namespace: namespace, Name: stopSwitch}
 			}
@@ -188,10 +201,11 @@ upstream eviction.`,
 					peeringOpts.NodeSelector = sel
 				}
 				if calicoOn {
-					peeringOpts.Calico = &calico.PeerOptions{MaxRestartTime: calicoRestart}
+					peeringOpts.Calico = &calico.PeerOptions{MaxRestartTime: calicoRestart, APIGroup: calicoGroup}
 					if err := peeringOpts.Calico.Validate(); err != nil {
 						return err
 					}
+					logCalicoAPIGroup(logger, cfg, calicoGroup)
 				}
 				peeringOpts.DryRun = recOpts.DryRun
 				peeringOpts.State.Namespace = namespace
@@ -240,9 +254,27 @@ upstream eviction.`,
 	f.BoolVar(&peeringOpts.Config.Disabled, "peering-keep-all", false, "global opt-out: keep every node in the mesh (labels are still published)")
 	f.StringVar(&peeringNodes, "peering-node-selector", "", "label selector of the nodes that run BGP (default: all nodes)")
 	f.Uint16Var(&peeringOpts.Config.DefaultBGPPort, "bgp-port", 179, "with --peering: the BGP port published for a node without the peering.rebound.dev/bgp-port annotation whose agent does not report one (rebound agent --listen-port, default 179 too)")
-	f.BoolVar(&calicoOn, "calico", false, "with --peering: also publish a Calico BGPPeer (projectcalico.org/v3 where served, else crd.projectcalico.org/v1) that meshes the nodes of the set; see docs/peering-calico.md for turning Calico's node-to-node mesh off")
+	f.BoolVar(&calicoOn, "calico", false, "with --peering: also publish a Calico BGPPeer (in the API group calico-node reads: --calico-api-group) that meshes the nodes of the set; see docs/peering-calico.md for turning Calico's node-to-node mesh off")
+	f.StringVar(&calicoGroup, "calico-api-group", calico.APIGroupAuto, "with --calico: the API group the BGPPeer is written to, which must be the one calico-node reads: auto (as calico-node's confd with CALICO_API_GROUP unset: "+calico.APIGroupV1+" whenever that group is served, even beside "+calico.APIGroupV3+"; "+calico.APIGroupV3+" only where it alone is served), "+calico.APIGroupV1+" or "+calico.APIGroupV3+" (set it to calico-node's CALICO_API_GROUP where that is set; a group the API server does not serve is an error)")
 	f.DurationVar(&calicoRestart, "calico-max-restart-time", 0, "with --calico: the BGPPeer's maxRestartTime (BIRD's per-peer graceful restart time; 0 keeps Calico's 120s)")
 	return cmd
+}
+
+// logCalicoAPIGroup says at start which API group the Calico BGPPeer goes
+// to and why. The peering controller chooses again at every pass (Calico's
+// CRDs may come later, or change), logs a change, and publishes the choice
+// on the peer-set ConfigMap; a failure here is only logged, as the
+// controller keeps trying and reports it there.
+func logCalicoAPIGroup(logger logr.Logger, cfg *rest.Config, setting string) {
+	d, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err == nil {
+		var choice calico.APIGroupChoice
+		if choice, err = calico.DiscoverAPIGroup(d, setting); err == nil {
+			logger.Info("Calico BGPPeer API group", "apiGroup", choice.APIGroup(), "reason", choice.Reason, "setting", setting)
+			return
+		}
+	}
+	logger.Error(err, "Calico BGPPeer: no API group to write it to yet", "setting", setting)
 }
 
 // leaseHolder describes who holds the leader-election Lease, when another

@@ -11,9 +11,10 @@
 // restarting in graceful-restart recovery no longer waits for it
 // (docs/peering-calico.md has the migration and the way back).
 //
-// The objects are built as unstructured crd.projectcalico.org/v1 objects
-// (or projectcalico.org/v3 where served: api.go),
-// the API that Calico's CRDs serve: rebound does not vendor Calico's types.
+// The objects are built as unstructured crd.projectcalico.org/v1 objects,
+// or projectcalico.org/v3 ones where calico-node reads that group (api.go
+// picks the group as calico-node's confd does): rebound does not vendor
+// Calico's types.
 package calico
 
 import (
@@ -70,6 +71,11 @@ type PeerOptions struct {
 	// spec.maxRestartTime, rendered by Calico as BIRD's per-peer
 	// `graceful restart time`); 0 leaves Calico's default (120 s).
 	MaxRestartTime time.Duration
+	// APIGroup is where the BGPPeer is written: APIGroupAuto ("" too)
+	// picks the group calico-node's confd reads (ChooseAPIGroup);
+	// APIGroupV1 or APIGroupV3 force one, as CALICO_API_GROUP forces
+	// confd's.
+	APIGroup string
 }
 
 // Validate names the bad field.
@@ -82,6 +88,9 @@ func (o PeerOptions) Validate() error {
 	}
 	if o.MaxRestartTime%time.Second != 0 {
 		return fmt.Errorf("calico maxRestartTime %v: want whole seconds", o.MaxRestartTime)
+	}
+	if _, err := ParseAPIGroup(o.APIGroup); err != nil {
+		return err
 	}
 	return nil
 }
