@@ -194,6 +194,11 @@ func detectS13(ctx context.Context, bin string, fast, keep bool, deaths int) err
 		return err
 	}
 	defer scenario.StopAll(agents)
+	// The controller holds early judgement for its distrust window after
+	// it starts: the death comes after it.
+	if err := scenario.WaitEarlyJudgement(ctx, ctl.Log, time.Minute); err != nil {
+		return err
+	}
 
 	fmt.Fprintf(os.Stderr, "detect: S13 on two 5-node sandboxes (Lease renewed every %s, node grace %s, tolerations %ds), %d deaths with rebound ...\n",
 		timings.NodeLeaseDuration/4, timings.NodeMonitorGracePeriod, timings.DefaultTolerationSeconds, deaths)

@@ -97,7 +97,8 @@ func ValidateGossipWatchers(k int) error {
 }
 
 // AddDetectionFlags registers the settings of the Lease and gossip planes
-// (docs/detection.md), bound to o: --gossip-watchers and --lease-margin.
+// (docs/detection.md), bound to o: --gossip-watchers, --lease-margin,
+// --gossip-distrust-window and --gossip-distrust-share.
 // The controller judges with them and diagnose explains with them. o's
 // zero fields show the defaults.
 func AddDetectionFlags(f *pflag.FlagSet, o *liveness.Options) {
@@ -106,10 +107,17 @@ func AddDetectionFlags(f *pflag.FlagSet, o *liveness.Options) {
 	AddGossipWatchersFlag(f, &o.Watchers)
 	f.DurationVar(&o.LeaseMargin, "lease-margin", o.LeaseMargin, "with --lease-plane: how long past its renew interval (a quarter of its duration) a node's Lease may go unrenewed, on rebound's clock, before it counts as stale, "+
 		liveness.MinLeaseMargin.String()+".."+liveness.MaxLeaseMargin.String()+"; lower it to find dead nodes sooner, at the price of taking a late renewal for a stale Lease")
+	o.GossipDistrustWindow, o.GossipDistrustShare = d.GossipDistrustWindow, d.GossipDistrustShare
+	f.DurationVar(&o.GossipDistrustWindow, "gossip-distrust-window", o.GossipDistrustWindow, "with --lease-plane: how long a node whose gossip watchers said Dead while its Lease renewed is not judged early by its gossip plane, and how long the controller holds all early judgement after it starts (it has no such history yet), "+
+		liveness.MinGossipDistrustWindow.String()+".."+liveness.MaxGossipDistrustWindow.String())
+	f.Float64Var(&o.GossipDistrustShare, "gossip-distrust-share", o.GossipDistrustShare, "with --lease-plane: the share of Ready nodes (at least one node) whose gossip plane may be distrusted at once before early judgement stops cluster-wide, "+
+		strconv.FormatFloat(liveness.MinGossipDistrustShare, 'g', -1, 64)+".."+strconv.FormatFloat(liveness.MaxGossipDistrustShare, 'g', -1, 64))
 }
 
 // ValidateDetection checks the flags AddDetectionFlags registers, each
 // named, before the command connects anywhere.
 func ValidateDetection(o liveness.Options) error {
-	return errors.Join(ValidateGossipWatchers(o.Watchers), liveness.CheckLeaseMargin("--lease-margin", o.LeaseMargin))
+	return errors.Join(ValidateGossipWatchers(o.Watchers), liveness.CheckLeaseMargin("--lease-margin", o.LeaseMargin),
+		liveness.CheckGossipDistrustWindow("--gossip-distrust-window", o.GossipDistrustWindow),
+		liveness.CheckGossipDistrustShare("--gossip-distrust-share", o.GossipDistrustShare))
 }

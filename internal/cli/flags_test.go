@@ -108,7 +108,10 @@ func TestDetectionFlags(t *testing.T) {
 		args     []string
 		watchers int
 		margin   time.Duration
-		bad      []string // substrings of the start error; none: valid
+		// window and share: zero means the default, -1 zero.
+		window time.Duration
+		share  float64
+		bad    []string // substrings of the start error; none: valid
 	}{
 		{args: nil, watchers: liveness.DefaultWatchers, margin: liveness.DefaultLeaseMargin},
 		{args: []string{"--gossip-watchers=5", "--lease-margin=500ms"}, watchers: 5, margin: 500 * time.Millisecond},
@@ -119,7 +122,24 @@ func TestDetectionFlags(t *testing.T) {
 		{args: []string{"--lease-margin=0s"}, watchers: 3, margin: 0, bad: []string{"--lease-margin 0s"}},
 		{args: []string{"--lease-margin=-1s"}, watchers: 3, margin: -time.Second, bad: []string{"--lease-margin -1s"}},
 		{args: []string{"--lease-margin=2m", "--gossip-watchers=9"}, watchers: 9, margin: 2 * time.Minute, bad: []string{"--lease-margin 2m0s", "--gossip-watchers 9"}},
+		{args: []string{"--gossip-distrust-window=15s", "--gossip-distrust-share=0.25"}, watchers: 3, margin: liveness.DefaultLeaseMargin, window: 15 * time.Second, share: 0.25},
+		{args: []string{"--gossip-distrust-window=1s"}, watchers: 3, margin: liveness.DefaultLeaseMargin, window: time.Second, bad: []string{"--gossip-distrust-window 1s"}},
+		{args: []string{"--gossip-distrust-window=0s"}, watchers: 3, margin: liveness.DefaultLeaseMargin, window: -1, bad: []string{"--gossip-distrust-window 0s"}},
+		{args: []string{"--gossip-distrust-share=0.6"}, watchers: 3, margin: liveness.DefaultLeaseMargin, share: 0.6, bad: []string{"--gossip-distrust-share 0.6"}},
+		{args: []string{"--gossip-distrust-share=0"}, watchers: 3, margin: liveness.DefaultLeaseMargin, share: -1, bad: []string{"--gossip-distrust-share 0"}},
 	} {
+		switch tc.window {
+		case 0:
+			tc.window = liveness.DefaultGossipDistrustWindow
+		case -1:
+			tc.window = 0
+		}
+		switch tc.share {
+		case 0:
+			tc.share = liveness.DefaultGossipDistrustShare
+		case -1:
+			tc.share = 0
+		}
 		var o liveness.Options
 		cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
 		AddDetectionFlags(cmd.Flags(), &o)
@@ -127,8 +147,9 @@ func TestDetectionFlags(t *testing.T) {
 		if err := cmd.Execute(); err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
-		if o.Watchers != tc.watchers || o.LeaseMargin != tc.margin {
-			t.Errorf("%v: watchers %d, margin %s; want %d, %s", tc.args, o.Watchers, o.LeaseMargin, tc.watchers, tc.margin)
+		if o.Watchers != tc.watchers || o.LeaseMargin != tc.margin || o.GossipDistrustWindow != tc.window || o.GossipDistrustShare != tc.share {
+			t.Errorf("%v: watchers %d, margin %s, window %s, share %v; want %d, %s, %s, %v", tc.args, o.Watchers, o.LeaseMargin, o.GossipDistrustWindow, o.GossipDistrustShare,
+				tc.watchers, tc.margin, tc.window, tc.share)
 		}
 		err := ValidateDetection(o)
 		if len(tc.bad) == 0 && err != nil {

@@ -72,6 +72,15 @@ var (
 		Help: "Agents whose fresh gossip read says they run with another --gossip-watchers than the controller's: their votes are not all heard, so early detection weakens; the controller's log names each.",
 	})
 
+	gossipDisagreement = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_gossip_disagreement",
+		Help: "1 for each node on which the gossip plane disagrees with the Lease plane, by reason: WatchersSayDead (a quorum of its gossip watchers say Dead while its Lease renews on rebound's clock; its gossip plane is not trusted for --gossip-distrust-window) or MemberDown (Ready, its Lease renewing, but its gossip member missing, stale or silent while its host answers); the series is removed when the disagreement ends.",
+	}, []string{"node", "reason"})
+	earlyJudgementHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebound_early_judgement_held",
+		Help: "1 while no node is judged dead early by its gossip plane, cluster-wide, by reason: Restart (no disagreement history yet, for one --gossip-distrust-window after the controller's start) or Share (more than --gossip-distrust-share of the Ready nodes distrusted at once); absent otherwise.",
+	}, []string{"reason"})
+
 	peerSetNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rebound_peering_nodes",
 		Help: "Nodes the peering controller plans for (the set's candidates); rebound_peering_set_size below it means nodes are left out of the mesh.",
@@ -81,7 +90,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(zoneStateGauge, zoneEvictionRate, strandedPodsGauge, strandedDeadlineGauge,
 		waitingForFencingGauge, heldPodsGauge, rescuesTotal, recoveryTriggers, planSeconds, peerSetNodes,
-		nodeVerdicts, detectionSeconds, gossipWatchersMismatched)
+		nodeVerdicts, detectionSeconds, gossipWatchersMismatched, gossipDisagreement, earlyJudgementHeld)
 }
 
 var allZoneStates = []zone.State{zone.Initial, zone.Normal, zone.PartialDisruption, zone.FullDisruption}

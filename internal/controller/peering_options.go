@@ -62,6 +62,10 @@ type PeeringOptions struct {
 	// plane confirms no death for the freeze rule: a gossip quorum alone
 	// is one plane.
 	Leases *liveness.LeaseTracker
+	// Distrust is the history of the planes' disagreements, which the
+	// recovery controller's verdicts feed (LivenessVerdicts); nil means
+	// none kept: only what disagrees now holds.
+	Distrust *liveness.DistrustTracker
 }
 
 func (o PeeringOptions) withDefaults() PeeringOptions {

@@ -60,7 +60,7 @@ func (r *PeeringReconciler) snapshot(ctx context.Context, log logr.Logger) (peer
 	return peeringSnapshot{
 		Now:   now,
 		Nodes: list.Items,
-		Input: peering.Input{Nodes: nodes, Reports: rs, FirstSeen: firstSeen, Leases: r.opts.Leases.Leases(), State: st, Config: r.opts.Config},
+		Input: peering.Input{Nodes: nodes, Reports: rs, FirstSeen: firstSeen, Leases: r.opts.Leases.Leases(), Distrust: r.opts.Distrust.Distrust(now), State: st, Config: r.opts.Config},
 	}, nil
 }
 

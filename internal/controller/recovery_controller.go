@@ -107,7 +107,7 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 		opts.APIClient = cs
 	}
 	if opts.Liveness == nil {
-		opts.Liveness = LivenessVerdicts(nil, &liveness.Tracker{}, nil, liveness.Options{})
+		opts.Liveness = LivenessVerdicts(nil, &liveness.Tracker{}, nil, nil, nil, liveness.Options{})
 	}
 	r := newRecoveryReconciler(mgr.GetClient(), mgr.GetAPIReader(), opts)
 	podInformer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})

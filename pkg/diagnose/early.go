@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering/kube"
@@ -18,12 +19,15 @@ import (
 func (e *explainer) explainEarlyDetection() {
 	ed := &e.report.EarlyDetection
 	ed.Nodes = []EarlyDetectionNode{}
-	c := liveness.CoverageOf(liveness.Input{
+	ed.Disagreements = []GossipDisagreement{}
+	in := liveness.Input{
 		Nodes:   kube.LivenessNodes(e.s.Nodes),
 		Reports: e.x.PeeringReports,
 		Leases:  e.x.Leases,
 		Options: e.x.Peering.Evidence,
-	}, e.now)
+	}
+	c := liveness.CoverageOf(in, e.now)
+	e.explainDisagreements(in)
 	if !c.InUse {
 		ed.Status = "NotInUse"
 		ed.Message = "no agent gossips (no PeeringReport has a gossip read): a node is found dead when the API has it NotReady, as upstream"
@@ -66,5 +70,40 @@ func (e *explainer) explainEarlyDetection() {
 	default:
 		ed.Status = "Partial"
 		ed.Message = fmt.Sprintf("%d of %d Ready nodes cannot be found dead early on both planes (%d fresh gossip reads)%s", len(ed.Nodes), len(c.Nodes), c.Ring, stale)
+	}
+}
+
+// explainDisagreements names each node on which the gossip plane
+// disagrees with the Lease plane, why, and whether early judgement is
+// held for it or cluster-wide: liveness.Assess's own rule over the
+// snapshot. diagnose keeps no history, so it says what this snapshot
+// holds; the controller holds at least that.
+func (e *explainer) explainDisagreements(in liveness.Input) {
+	ed := &e.report.EarlyDetection
+	a := liveness.Assess(in, e.now)
+	if a.Hold.Reason != "" {
+		h := a.Hold
+		ed.Hold = &h
+		e.add(Finding{Impact: ImpactInfo, Kind: "EarlyDetection", Object: "Early detection",
+			Cause:   "early judgement is held cluster-wide: " + h.Detail,
+			Rebound: fmt.Sprintf("no node is found dead early by its gossip plane until %s at the soonest; the API's NotReady decides, as upstream", h.Until.UTC().Format(time.RFC3339))})
+	}
+	for _, name := range slices.Sorted(maps.Keys(a.Disagreements)) {
+		d := a.Disagreements[name]
+		gd := GossipDisagreement{Node: name, Reason: string(d.Reason), Detail: d.Detail}
+		f := Finding{Impact: ImpactInfo, Kind: "EarlyDetection", Object: "Node " + name,
+			Cause: fmt.Sprintf("the gossip plane disagrees with the Lease plane (%s): %s", d.Reason, d.Detail)}
+		switch until, distrusted := a.Distrusted[name]; {
+		case a.Hold.Reason != "":
+			gd.Held, gd.HeldUntil = "ClusterWide", a.Hold.Until.UTC()
+			f.Rebound = "early judgement is held cluster-wide (" + a.Hold.Reason + ")"
+		case distrusted:
+			gd.Held, gd.HeldUntil = "Node", until.UTC()
+			f.Rebound = fmt.Sprintf("its gossip plane is not trusted: it is not found dead early until %s (--gossip-distrust-window after the disagreement ends)", until.UTC().Format(time.RFC3339))
+		default:
+			f.Rebound = "its member's silence is no vote: nothing is held, and it is not found dead by it"
+		}
+		ed.Disagreements = append(ed.Disagreements, gd)
+		e.add(f)
 	}
 }

@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"rebound/pkg/liveness"
 	"time"
 )
 
@@ -361,6 +362,29 @@ type EarlyDetection struct {
 	// Nodes lists each Ready node whose early detection is off or rests
 	// on the Lease alone, sorted by node.
 	Nodes []EarlyDetectionNode `json:"nodes"`
+	// Disagreements lists each node on which the gossip plane disagrees
+	// with the Lease plane now (liveness's rule), sorted by node.
+	Disagreements []GossipDisagreement `json:"disagreements"`
+	// Hold, when set, is the cluster-wide stop of early judgement this
+	// snapshot alone implies (too many nodes distrusted at once). The
+	// controller also holds for one --gossip-distrust-window after its
+	// start and keeps its own history: rebound_early_judgement_held says
+	// what it holds.
+	Hold *liveness.Hold `json:"hold,omitempty"`
+}
+
+// GossipDisagreement is one node on which the planes disagree.
+type GossipDisagreement struct {
+	Node string `json:"node"`
+	// Reason is WatchersSayDead or MemberDown; Detail says what each
+	// plane says.
+	Reason string `json:"reason"`
+	Detail string `json:"detail"`
+	// Held is how its early judgement is held: "Node" (its gossip plane
+	// is distrusted until HeldUntil), "ClusterWide" (Hold), or "" (not
+	// held: MemberDown is no vote and needs no hold).
+	Held      string    `json:"held,omitempty"`
+	HeldUntil time.Time `json:"heldUntil,omitzero"`
 }
 
 // EarlyDetectionNode is one Ready node not covered by early detection.

@@ -135,6 +135,19 @@ func WriteText(w io.Writer, r Report) error {
 			}
 			p.wrapped("  ", fmt.Sprintf("%s: %s (%d watcher(s), %d can vote, quorum %d): %s", n.Node, mode, n.Watchers, n.Voters, n.Quorum, n.Reason))
 		}
+		if h := ed.Hold; h != nil {
+			p.wrapped("  ", fmt.Sprintf("held cluster-wide (%s) until %s: %s", h.Reason, clock(h.Until, r.Time), h.Detail))
+		}
+		for _, d := range ed.Disagreements {
+			held := "not held (no vote)"
+			switch d.Held {
+			case "Node":
+				held = "not judged early until " + clock(d.HeldUntil, r.Time)
+			case "ClusterWide":
+				held = "held cluster-wide"
+			}
+			p.wrapped("  ", fmt.Sprintf("%s: the planes disagree (%s), %s: %s", d.Node, d.Reason, held, d.Detail))
+		}
 	}
 
 	p.section("Workloads not Available")

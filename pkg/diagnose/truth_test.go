@@ -124,7 +124,13 @@ func (c *apiCluster) gossipOnly(t *testing.T, reporter string, at time.Time, rin
 		if state == "-" {
 			continue
 		}
-		g.Watches = append(g.Watches, liveness.Watch{Node: n, State: state, Since: t0.Add(-time.Hour)})
+		since := t0.Add(-time.Hour)
+		if state == liveness.GossipDead {
+			// An agent sees a death after it happened: a second
+			// before it wrote.
+			since = at.Add(-time.Second)
+		}
+		g.Watches = append(g.Watches, liveness.Watch{Node: n, State: state, Since: since})
 	}
 	slices.SortFunc(g.Watches, func(a, b liveness.Watch) int { return strings.Compare(a.Node, b.Node) })
 	obj := kube.GossipToAPI(reporter, g)
@@ -284,7 +290,12 @@ func TestTellsTheTruth(t *testing.T) {
 		},
 		words: []string{"node-3: off", "no gossip report from its member", "only 0 of its 3 gossip watchers can vote on it",
 			"node-4: on the Lease alone", "its member's gossip report is stale (written at 2026-03-01T11:50:00Z)",
-			`"status": "Partial"`, `"mode": "LeaseOnly"`, `"ownGossip": "missing"`},
+			`"status": "Partial"`, `"mode": "LeaseOnly"`, `"ownGossip": "missing"`,
+			"node-4: the planes disagree (WatchersSayDead), not judged early until", `"reason": "WatchersSayDead"`, `"held": "Node"`},
+		// A member that never reported is coverage (off), not a
+		// disagreement: its alert would fire for ever on a node the
+		// agents do not run on.
+		absent: []string{"node-3: the planes disagree", `"reason": "MemberDown"`},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,9 +25,10 @@ const (
 	// API's NotReady, at the end of the node grace period, comes first.
 	CoverageOff CoverageMode = "Off"
 	// CoverageLeaseOnly: a quorum of its watchers already has it Dead
-	// while its Lease renews (its agent down, or its gossip port cut):
-	// the gossip plane has nothing more to say, and a stale Lease alone
-	// would make it Dead early.
+	// while its Lease renews (forged membership, a broken probe path):
+	// the gossip plane has nothing more to say. The planes disagree
+	// (WatchersSayDead), so its gossip plane is held for the distrust
+	// window: a stale Lease does not make it Dead early.
 	CoverageLeaseOnly CoverageMode = "LeaseOnly"
 )
 
@@ -122,7 +123,7 @@ func CoverageOf(in Input, now time.Time) Coverage {
 // coverage is one Ready node's coverage; g is its own agent's gossip
 // read, nil when it has none.
 func (p *planes) coverage(name string, g *GossipReport) NodeCoverage {
-	ws := Watchers(name, p.ring, p.opts.Watchers)
+	ws := p.watchers(name)
 	nc := NodeCoverage{Mode: CoverageOn, Watchers: len(ws), Quorum: Quorum(len(ws)), OwnGossip: OwnGossipMissing}
 	var selfNote string
 	switch {
@@ -148,7 +149,7 @@ func (p *planes) coverage(name string, g *GossipReport) NodeCoverage {
 	}
 	var v NodeVerdict
 	_, leaseKnown := p.lease(name, &v)
-	gv := gossipVotes(name, p.ring, p.gossip, p.voter, p.opts.Watchers)
+	gv := gossipVotes(name, ws, p.gossip, p.voter, loss{})
 	var why []string
 	if !leaseKnown {
 		why = append(why, "no Lease renewal of it to time: the Lease plane says nothing of it")
@@ -175,7 +176,7 @@ func (p *planes) coverage(name string, g *GossipReport) NodeCoverage {
 		nc.Mode = CoverageOff
 	case gv.dead() && !v.LeaseStale:
 		nc.Mode = CoverageLeaseOnly
-		why = append(why, fmt.Sprintf("%s while its Lease renews: its agent is down or cut off from the others, so a stale Lease alone would make it Dead early", gv))
+		why = append(why, fmt.Sprintf("%s while its Lease renews: the planes disagree (WatchersSayDead), so its gossip plane is not trusted while they do and for the distrust window after, and a death of it now waits for the API's NotReady", gv))
 	}
 	if nc.Mode != CoverageOn {
 		if selfNote != "" {

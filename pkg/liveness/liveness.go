@@ -77,8 +77,13 @@ type Input struct {
 	FirstSeen map[string]time.Time
 	// Leases maps a node to what rebound saw of its Lease (LeaseTracker);
 	// a node missing has no Lease plane: it is never judged early.
-	Leases  map[string]Lease
-	Options Options
+	Leases map[string]Lease
+	// Distrust is the caller's history of the planes' disagreements
+	// (DistrustTracker): each node's distrust window, and the hold of a
+	// process that just started. nil means the caller keeps none (a
+	// one-shot CLI): only the disagreements of this snapshot hold.
+	Distrust *Distrust
+	Options  Options
 }
 
 // NodeVerdict is one node's verdict with its evidence. Its texts name no
@@ -132,6 +137,10 @@ type NodeVerdict struct {
 	// which policies with spec.detection TwoPlanes count
 	// maxUnavailableTime. Zero otherwise.
 	DetectedAt time.Time `json:"detectedAt,omitzero"`
+	// HeldUntil: its gossip plane would have made it Dead, but is not
+	// trusted until then (its distrust window, or the cluster-wide
+	// hold); Reason says which. Zero otherwise.
+	HeldUntil time.Time `json:"heldUntil,omitzero"`
 }
 
 // Assessment is the verdict for every node.
@@ -146,6 +155,15 @@ type Assessment struct {
 	// StaleAt is the earliest time a report that counts now ages out: the
 	// answer may change then without any new input. Zero when none counts.
 	StaleAt time.Time
+	// Disagreements maps each node on which the gossip plane disagrees
+	// with the Lease plane now to why.
+	Disagreements map[string]Disagreement
+	// Distrusted maps each node whose gossip plane is not trusted (a
+	// WatchersSayDead disagreement now or within the distrust window)
+	// to when that ends.
+	Distrusted map[string]time.Time
+	// Hold is the cluster-wide stop of early judgement, if any.
+	Hold Hold
 }
 
 // Of returns the verdict for a node; a node the assessment does not know
@@ -181,7 +199,8 @@ func Assess(in Input, now time.Time) Assessment {
 		byName[n.Name] = n
 		order = append(order, n.Name)
 	}
-	out := Assessment{Nodes: make(map[string]NodeVerdict, len(byName)), Lost: map[string]string{}}
+	out := Assessment{Nodes: make(map[string]NodeVerdict, len(byName)), Lost: map[string]string{},
+		Disagreements: map[string]Disagreement{}, Distrusted: map[string]time.Time{}}
 
 	// Observers, in reporter order so that the names in reasons are
 	// stable.
@@ -194,6 +213,7 @@ func Assess(in Input, now time.Time) Assessment {
 	}
 	slices.SortStableFunc(observers, func(a, b Report) int { return cmp.Compare(a.Reporter, b.Reporter) })
 	p := newPlanes(in, byName, now, opts)
+	p.distrust(order, in.Distrust, &out)
 
 	// One pass over the observers' sessions tallies every NotReady node's
 	// votes: O(sessions), not O(NotReady nodes x reports x sessions).

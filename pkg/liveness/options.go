@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -33,6 +34,17 @@ type Options struct {
 	// --gossip-watchers must be the same: each writes its own in its
 	// gossip read, and WatcherMismatches names those that differ.
 	Watchers int `json:"watchers,omitempty"`
+	// GossipDistrustWindow is how long a node's gossip plane is not
+	// trusted after a quorum of its watchers said Dead while its Lease
+	// renewed, and how long a process that starts holds early judgement
+	// (it has no such history); the controller's
+	// --gossip-distrust-window. Zero means DefaultGossipDistrustWindow.
+	GossipDistrustWindow time.Duration `json:"gossipDistrustWindow,omitempty"`
+	// GossipDistrustShare is the share of the Ready nodes that may be
+	// distrusted at once (at least one node, MaxDistrusted) before early
+	// judgement stops cluster-wide; the controller's
+	// --gossip-distrust-share. Zero means DefaultGossipDistrustShare.
+	GossipDistrustShare float64 `json:"gossipDistrustShare,omitempty"`
 }
 
 // Defaults of the two-plane rules.
@@ -57,6 +69,32 @@ const (
 	// than kube-controller-manager's own node grace.
 	MinLeaseMargin = 100 * time.Millisecond
 	MaxLeaseMargin = 30 * time.Second
+	// DefaultGossipDistrustWindow: a forged membership state outlives
+	// its forger by minutes (memberlist keeps a dead member's state for
+	// its gossip-to-the-dead time, and a refutation that loses the
+	// incarnation race is ignored), and an agent's read counts for the
+	// report max age (3 min): a node whose plane lied is held for as
+	// long as such a read can still count.
+	DefaultGossipDistrustWindow = 3 * time.Minute
+	// MinGossipDistrustWindow and MaxGossipDistrustWindow bound a window
+	// that is set: under 5 s the hold would end before a stalled Lease
+	// is even found stale (a renew interval plus the margin); past an
+	// hour a restarted controller would do nothing early for that long.
+	MinGossipDistrustWindow = 5 * time.Second
+	MaxGossipDistrustWindow = time.Hour
+	// DefaultGossipDistrustShare: one Ready node in ten (and at least
+	// one) may be distrusted before early judgement stops everywhere.
+	// One forged or broken node is an incident about that node; more
+	// than a tenth at once is a broken or attacked plane (a rollout on
+	// old agents, a firewall on the gossip port, a key split, a forger
+	// at work), the moment its remaining Dead votes deserve the least
+	// trust. kube-controller-manager draws its own line (55 %
+	// unhealthy) for evictions; early judgement is the riskier act.
+	DefaultGossipDistrustShare = 0.1
+	// MinGossipDistrustShare and MaxGossipDistrustShare bound a share
+	// that is set.
+	MinGossipDistrustShare = 0.01
+	MaxGossipDistrustShare = 0.5
 )
 
 // WithDefaults fills zero fields.
@@ -75,6 +113,12 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.Watchers <= 0 {
 		o.Watchers = DefaultWatchers
+	}
+	if o.GossipDistrustWindow <= 0 {
+		o.GossipDistrustWindow = DefaultGossipDistrustWindow
+	}
+	if o.GossipDistrustShare <= 0 {
+		o.GossipDistrustShare = DefaultGossipDistrustShare
 	}
 	return o
 }
@@ -97,6 +141,12 @@ func (o Options) Validate() error {
 	}
 	if o.Watchers != 0 {
 		errs = append(errs, CheckWatchers("--gossip-watchers", o.Watchers))
+	}
+	if o.GossipDistrustWindow != 0 {
+		errs = append(errs, CheckGossipDistrustWindow("--gossip-distrust-window", o.GossipDistrustWindow))
+	}
+	if o.GossipDistrustShare != 0 {
+		errs = append(errs, CheckGossipDistrustShare("--gossip-distrust-share", o.GossipDistrustShare))
 	}
 	return errors.Join(errs...)
 }
@@ -124,6 +174,26 @@ func CheckLeaseMargin(name string, d time.Duration) error {
 	case d > MaxLeaseMargin:
 		return fmt.Errorf("%s %v: want %v to %v (default %v); past %v a node that stopped renewing its Lease would outlast the kubelet's default Lease (40 s) before the Lease plane calls it stale",
 			name, d, MinLeaseMargin, MaxLeaseMargin, DefaultLeaseMargin, MaxLeaseMargin)
+	}
+	return nil
+}
+
+// CheckGossipDistrustWindow is the one rule for the distrust window
+// (--gossip-distrust-window); name as for CheckWatchers.
+func CheckGossipDistrustWindow(name string, d time.Duration) error {
+	if d < MinGossipDistrustWindow || d > MaxGossipDistrustWindow {
+		return fmt.Errorf("%s %v: want %v to %v (default %v); it must outlast a stalled Lease's detection, and a restarted controller judges nothing early for that long",
+			name, d, MinGossipDistrustWindow, MaxGossipDistrustWindow, DefaultGossipDistrustWindow)
+	}
+	return nil
+}
+
+// CheckGossipDistrustShare is the one rule for the cluster-wide stop's
+// share (--gossip-distrust-share); name as for CheckWatchers.
+func CheckGossipDistrustShare(name string, share float64) error {
+	if math.IsNaN(share) || share < MinGossipDistrustShare || share > MaxGossipDistrustShare {
+		return fmt.Errorf("%s %v: want %v to %v (default %v), the share of Ready nodes whose gossip plane may be distrusted at once (at least one node) before early judgement stops cluster-wide",
+			name, share, MinGossipDistrustShare, MaxGossipDistrustShare, DefaultGossipDistrustShare)
 	}
 	return nil
 }

@@ -137,11 +137,13 @@ func TestWatcherMismatchWithholdsOnly(t *testing.T) {
 			for _, name := range names {
 				g := &GossipReport{ObservedAt: ago(time.Second), Members: n, Watchers: tc.agentK}
 				for _, m := range Watched(name, names, tc.agentK) {
-					state := GossipAlive
+					state, since := GossipAlive, ago(time.Minute)
 					if m == "n3" {
-						state = GossipDead
+						// Dead since after its last renewal: a death
+						// seen before it would be refuted by the Lease.
+						state, since = GossipDead, ago(2*time.Second)
 					}
-					g.Watches = append(g.Watches, Watch{Node: m, State: state, Since: ago(time.Minute)})
+					g.Watches = append(g.Watches, Watch{Node: m, State: state, Since: since})
 				}
 				w.gossip[name] = g
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"sort"
 	"time"
 )
 
@@ -125,10 +126,37 @@ type gossipPlane struct {
 	down, up   int
 	alive      string // the first watcher that says Alive, in words
 	downVoters []string
+	// memberDown names the watchers whose host probe answered while the
+	// member did not (GossipMemberDown): no vote, but the plane is not
+	// whole.
+	memberDown []string
+	// before counts the reads that abstain because they were read before
+	// the node's loss; refuted the Dead votes whose death began before a
+	// Lease renewal rebound watched since.
+	before, refuted int
 }
 
 func (g gossipPlane) dead() bool {
 	return g.watchers >= 2 && g.up == 0 && g.down >= Quorum(g.watchers)
+}
+
+// loss is the moment a node's votes are judged against: a read before it
+// abstains, as a BGP report read before a NotReady transition does. Zero
+// means every fresh read counts.
+type loss struct {
+	// dead: a Dead vote counts only from a read after it.
+	dead time.Time
+	// alive: an Alive vote counts only from a read after it. A watcher
+	// that died with the node (a rack) wrote Alive last before the
+	// death; that read must not keep the node CutOffFromAPI until it
+	// ages out.
+	alive time.Time
+	// renewed: a Lease renewal rebound watched at this moment (never a
+	// first sight). A Dead vote whose death began before it is refuted:
+	// the kubelet reached the API after the watcher called the node
+	// dead, so whatever the watcher probed was not the node's host (a
+	// forged address), or its probes lie.
+	renewed time.Time
 }
 
 // gossipVotes tallies node's watchers. ring holds the reporters with a
@@ -138,34 +166,57 @@ func (g gossipPlane) dead() bool {
 // watcher that has the node alive is heard whatever its own state: a
 // liar can only keep a node in, upstream's behaviour, and when the
 // control plane fails every Lease goes stale while gossip still sees
-// everyone alive.
-func gossipVotes(node string, ring []string, gossip map[string]*GossipReport, voter func(string) bool, k int) gossipPlane {
-	ws := Watchers(node, ring, k)
+// everyone alive. MemberDown is no vote either way (the node's host
+// answers, rebound's member on it does not). Reads from before the
+// node's loss abstain (loss).
+func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, voter func(string) bool, at loss) gossipPlane {
 	g := gossipPlane{watchers: len(ws)}
 	for _, w := range ws {
 		watch, ok := gossip[w].Of(node)
 		if !ok {
 			continue
 		}
+		read := gossip[w].ObservedAt
 		switch watch.State {
 		case GossipDead:
 			if !voter(w) {
 				continue
 			}
+			if !at.dead.IsZero() && !read.After(at.dead) {
+				g.before++
+				continue
+			}
+			if !at.renewed.IsZero() && !watch.Since.IsZero() && watch.Since.Before(at.renewed) {
+				g.refuted++
+				continue
+			}
 			g.down++
 			g.downVoters = append(g.downVoters, w)
 		case GossipAlive:
+			if !at.alive.IsZero() && !read.After(at.alive) {
+				g.before++
+				continue
+			}
 			g.up++
 			if g.alive == "" {
 				g.alive = fmt.Sprintf("%s, one of its %d gossip watchers, has it Alive since %s", w, len(ws), stamp(watch.Since))
 			}
+		case GossipMemberDown:
+			g.memberDown = append(g.memberDown, w)
 		}
 	}
 	return g
 }
 
 func (g gossipPlane) String() string {
-	return fmt.Sprintf("%d of its %d gossip watchers say dead, %d alive", g.down, g.watchers, g.up)
+	s := fmt.Sprintf("%d of its %d gossip watchers say dead, %d alive", g.down, g.watchers, g.up)
+	if g.before > 0 {
+		s += fmt.Sprintf(", %d read before it was lost (abstain)", g.before)
+	}
+	if g.refuted > 0 {
+		s += fmt.Sprintf(", %d say dead since before a Lease renewal rebound saw (refuted)", g.refuted)
+	}
+	return s
 }
 
 // planes holds what one Assess reads of the Lease and gossip planes.
@@ -176,6 +227,15 @@ type planes struct {
 	opts   Options
 	gossip map[string]*GossipReport // fresh gossip reads, by reporter
 	ring   []string                 // their reporters
+	// wentQuiet are the reporters whose gossip read is there but no
+	// longer fresh: a member that reported once and stopped. A node that
+	// never ran a member (an agent node selector, a node just added) has
+	// no read at all and is not among them.
+	wentQuiet map[string]bool
+	sorted ringOrder                // ring in ring order, for watchers
+	// hold, when set, says until when and why a node's gossip Dead votes
+	// are not counted (the distrust window, the cluster-wide stop).
+	hold func(name string) (until time.Time, why string)
 	// staleAt is the earliest time the answer may change with no new
 	// input: a gossip read that counts ages out, or the Lease of a node
 	// that watchers say is dead goes stale.
@@ -189,20 +249,72 @@ func (p *planes) wakeAt(t time.Time) {
 }
 
 func newPlanes(in Input, byName map[string]Node, now time.Time, opts Options) *planes {
-	p := &planes{in: in, byName: byName, now: now, opts: opts, gossip: map[string]*GossipReport{}}
+	p := &planes{in: in, byName: byName, now: now, opts: opts, gossip: map[string]*GossipReport{}, wentQuiet: map[string]bool{}}
 	for _, r := range in.Reports {
-		if _, known := byName[r.Reporter]; !known || r.Gossip == nil || !freshAt(r.Gossip.ObservedAt, now, opts) {
+		if _, known := byName[r.Reporter]; !known || r.Gossip == nil {
+			continue
+		}
+		if !freshAt(r.Gossip.ObservedAt, now, opts) {
+			p.wentQuiet[r.Reporter] = true
 			continue
 		}
 		if _, dup := p.gossip[r.Reporter]; dup {
 			continue
 		}
 		p.gossip[r.Reporter] = r.Gossip
+		delete(p.wentQuiet, r.Reporter)
 		p.ring = append(p.ring, r.Reporter)
 		p.wakeAt(r.Gossip.ObservedAt.Add(opts.ReportMaxAge).Add(time.Millisecond))
 	}
 	slices.Sort(p.ring)
+	p.sorted = newRingOrder(p.ring)
 	return p
+}
+
+// watchers is Watchers(name, p.ring, k), from the ring sorted once.
+func (p *planes) watchers(name string) []string { return p.sorted.watchers(name, p.opts.Watchers) }
+
+// ringOrder is a ring of members sorted once, so that each node's watchers
+// cost O(k + log n), not the O(n log n) of Watchers: Assess asks for every
+// node's, more than once.
+type ringOrder struct {
+	names  []string
+	hashes []uint64
+	at     map[string]int
+}
+
+func newRingOrder(members []string) ringOrder {
+	var r ringOrder
+	if len(members) == 0 {
+		return r
+	}
+	r.names = sortedRing(members[0], members)
+	r.hashes = make([]uint64, len(r.names))
+	r.at = make(map[string]int, len(r.names))
+	for i, n := range r.names {
+		r.hashes[i], r.at[n] = ringHash(n), i
+	}
+	return r
+}
+
+// watchers returns what Watchers(node, members, k) does: the k members
+// that follow node on the ring, node placed on it if it is not a member.
+func (r ringOrder) watchers(node string, k int) []string {
+	n := len(r.names)
+	i, member := r.at[node]
+	if !member {
+		h := ringHash(node)
+		// node's place among the members: the first that sorts after it.
+		i = sort.Search(n, func(j int) bool { return r.hashes[j] > h || (r.hashes[j] == h && r.names[j] > node) }) - 1
+		k = min(k, n)
+	} else {
+		k = min(k, n-1)
+	}
+	out := make([]string, 0, max(k, 0))
+	for j := 1; j <= k; j++ {
+		out = append(out, r.names[((i+j)%n+n)%n])
+	}
+	return out
 }
 
 // lease fills the Lease plane of v; known is false without one.
@@ -235,13 +347,47 @@ func (p *planes) voter(name string) bool {
 	return !v.LeaseStale
 }
 
-func (p *planes) votes(name string, v *NodeVerdict) gossipPlane {
+func (p *planes) votes(name string, v *NodeVerdict, at loss) gossipPlane {
 	if len(p.ring) == 0 {
 		return gossipPlane{}
 	}
-	g := gossipVotes(name, p.ring, p.gossip, p.voter, p.opts.Watchers)
+	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, at)
 	v.GossipWatchers, v.GossipDown, v.GossipUp = g.watchers, g.down, g.up
 	return g
+}
+
+// lossOf is the moment node's gossip votes are judged against: with its
+// Lease stale on rebound's clock, the last renewal rebound saw (an Alive
+// vote only from after the renewal that did not come was due: before
+// then the node may still have been alive); else, for a NotReady node,
+// its NotReady transition on rebound's clock; else none (a Ready node
+// whose Lease renews is judged by nothing early).
+func (p *planes) lossOf(name string, v NodeVerdict) loss {
+	if !v.LeaseStaleAt.IsZero() && v.LeaseStale {
+		at := loss{dead: v.LeaseRenewSeen, alive: v.LeaseRenewSeen.Add(p.in.Leases[name].RenewInterval)}
+		if !v.LeaseFirstSight {
+			at.renewed = v.LeaseRenewSeen
+		}
+		return at
+	}
+	if n, ok := p.byName[name]; ok && !n.Ready {
+		at := loss{dead: v.Since, alive: v.Since}
+		if !v.LeaseStaleAt.IsZero() && !v.LeaseFirstSight {
+			at.renewed = v.LeaseRenewSeen
+		}
+		return at
+	}
+	return loss{}
+}
+
+// held says whether node's gossip plane may not make it Dead now, until
+// when and why (Assessment.Hold, Distrust): its Dead votes are then not
+// counted, its Alive votes still are (they can only keep a node in).
+func (p *planes) held(name string) (time.Time, string) {
+	if p.hold == nil {
+		return time.Time{}, ""
+	}
+	return p.hold(name)
 }
 
 // judgeReady: a node the API has Ready is Dead early only when both planes
@@ -249,7 +395,7 @@ func (p *planes) votes(name string, v *NodeVerdict) gossipPlane {
 // (no early action); anything else leaves it Alive, upstream's view.
 func (p *planes) judgeReady(name string, v NodeVerdict) NodeVerdict {
 	staleAt, known := p.lease(name, &v)
-	g := p.votes(name, &v)
+	g := p.votes(name, &v, p.lossOf(name, v))
 	if known && !v.LeaseStale && g.down > 0 {
 		// Watchers already say dead: look again the moment the Lease
 		// goes stale, rather than at the next event.
@@ -264,6 +410,12 @@ func (p *planes) judgeReady(name string, v NodeVerdict) NodeVerdict {
 		v.Verdict, v.Veto = CutOffFromAPI, g.alive
 		v.Reason = fmt.Sprintf("Ready in the API, its Lease not renewed for %s on rebound's clock, but alive: %s", age, g.alive)
 	case g.dead():
+		if until, why := p.held(name); why != "" {
+			p.wakeAt(until.Add(time.Millisecond))
+			v.HeldUntil = until
+			v.Reason = fmt.Sprintf("Ready in the API; its Lease not renewed for %s on rebound's clock and %s (%v), but not judged early until %s: %s", age, g, g.downVoters, stamp(until), why)
+			return v
+		}
 		v.Verdict, v.Early, v.DetectedAt, v.DownSince = Dead, true, staleAt, staleAt
 		v.Reason = fmt.Sprintf("Ready in the API, but dead on both planes: its Lease not renewed for %s on rebound's clock (stale since %s), and %s (%v), none alive", age, stamp(staleAt), g, g.downVoters)
 	default:
@@ -284,7 +436,7 @@ func (p *planes) judgeReady(name string, v NodeVerdict) NodeVerdict {
 // Lease renews: the kubelet still reaches the API.
 func (p *planes) judgeNotReady(name string, v NodeVerdict) NodeVerdict {
 	staleAt, known := p.lease(name, &v)
-	g := p.votes(name, &v)
+	g := p.votes(name, &v, p.lossOf(name, v))
 	switch {
 	case v.Verdict == CutOffFromAPI:
 	case g.up > 0:
@@ -302,6 +454,12 @@ func (p *planes) judgeNotReady(name string, v NodeVerdict) NodeVerdict {
 		p.wakeAt(staleAt.Add(time.Millisecond))
 		v.Reason += fmt.Sprintf("; %s, but its Lease renewing on rebound's clock does not corroborate", g)
 	default:
+		if until, why := p.held(name); why != "" {
+			p.wakeAt(until.Add(time.Millisecond))
+			v.HeldUntil = until
+			v.Reason += fmt.Sprintf("; %s, its Lease stale, but its gossip plane is not trusted until %s: %s", g, stamp(until), why)
+			break
+		}
 		if v.Verdict != Dead {
 			v.Verdict, v.DownSince = Dead, v.Since
 			v.Reason = fmt.Sprintf("NotReady since %s, and %s (%v), none alive, and its Lease stale on rebound's clock", stamp(v.Since), g, g.downVoters)

@@ -35,12 +35,15 @@ func newGossipWorld(n int) *gossipWorld {
 	return w
 }
 
-// say sets what watcher reports of node.
+// say sets what watcher reports of node, as its agent does: a new state
+// is seen since now (a second ago).
 func (w *gossipWorld) say(watcher, node, state string) {
 	g := w.gossip[watcher]
 	for i := range g.Watches {
 		if g.Watches[i].Node == node {
-			g.Watches[i].State = state
+			if g.Watches[i].State != state {
+				g.Watches[i].State, g.Watches[i].Since = state, ago(time.Second)
+			}
 			return
 		}
 	}
@@ -329,19 +332,43 @@ func TestLeaseTracker(t *testing.T) {
 // FuzzTwoPlanes: any one agent (watcher or not), writing anything about
 // any node at any time, with any Lease age for the victim, never makes a
 // node Dead alone, never makes a node with a renewing Lease Dead early,
-// and never overrides a watcher that has the node alive.
+// and never overrides a watcher that has the node alive. Around it: the
+// honest watchers may say Dead or MemberDown, or be missing; a vote may
+// be read before the node's loss; the node may be distrusted by the
+// history, the process may have just started, other nodes may be
+// distrusted. Whatever the mix: never early Dead while the Lease renews,
+// never early Dead for a distrusted node, never early while a
+// cluster-wide hold stands. Forged addresses cannot be expressed here:
+// the controller sees votes, not addresses; a forged address makes
+// watchers vote Dead about a live node, which is the liar's and the
+// honest-Dead rows' input (the agent's probe at the API's address is
+// what refuses it).
 func FuzzTwoPlanes(f *testing.F) {
-	f.Add("n1", "n3", "Dead", int64(1), int64(13), int64(1), true)
-	f.Add("n0", "n0", "Dead", int64(-40), int64(60), int64(0), false)
-	f.Add("n5", "n2", "Alive", int64(4000), int64(2), int64(7), true)
-	f.Fuzz(func(t *testing.T, liar, about, state string, observedAgo, leaseAgo, renewEvery int64, honestAlive bool) {
+	f.Add("n1", "n3", "Dead", int64(1), int64(13), int64(1), true, false, uint8(0), uint8(0), int64(-1), int64(3600), uint8(0))
+	f.Add("n0", "n0", "Dead", int64(-40), int64(60), int64(0), false, false, uint8(0), uint8(0), int64(-1), int64(3600), uint8(0))
+	f.Add("n5", "n2", "Alive", int64(4000), int64(2), int64(7), true, false, uint8(0), uint8(0), int64(-1), int64(3600), uint8(0))
+	f.Add("n1", "n3", "Dead", int64(1), int64(13), int64(10), false, true, uint8(0), uint8(0), int64(30), int64(3600), uint8(0))
+	f.Add("n1", "n3", "MemberDown", int64(1), int64(13), int64(10), false, true, uint8(3), uint8(8), int64(-1), int64(10), uint8(2))
+	f.Add("n2", "n3", "Dead", int64(20), int64(13), int64(10), false, true, uint8(0), uint8(0), int64(-1), int64(3600), uint8(1))
+	f.Fuzz(func(t *testing.T, liar, about, state string, observedAgo, leaseAgo, renewEvery int64, honestAlive, honestDead bool,
+		memberDown, missing uint8, distrustAgo, startedAgo int64, othersDistrusted uint8) {
 		w := newGossipWorld(7)
+		if honestDead {
+			for _, x := range w.watchers(about) {
+				w.say(x, about, GossipDead)
+			}
+		}
+		for i, x := range w.watchers(about) {
+			if memberDown&(1<<i) != 0 {
+				w.say(x, about, GossipMemberDown)
+			}
+		}
 		if g := w.gossip[liar]; g != nil {
 			w.say(liar, about, state)
 			g.ObservedAt = ago(time.Duration(observedAgo) * time.Second)
 		}
 		w.leases[about] = Lease{RenewSeen: ago(time.Duration(leaseAgo) * time.Second), RenewInterval: time.Duration(renewEvery) * time.Second}
-		if !honestAlive {
+		if !honestAlive && !honestDead {
 			// The honest watchers have not written anything yet.
 			for _, x := range w.watchers(about) {
 				if x != liar {
@@ -349,14 +376,40 @@ func FuzzTwoPlanes(f *testing.F) {
 				}
 			}
 		}
-		a := w.assess()
+		for i, n := range w.nodes {
+			if missing&(1<<i) != 0 && n.Name != liar {
+				delete(w.gossip, n.Name)
+			}
+		}
+		history := &Distrust{Since: ago(time.Duration(startedAgo) * time.Second), LastSaid: map[string]time.Time{}}
+		if distrustAgo >= 0 {
+			history.LastSaid[about] = ago(time.Duration(distrustAgo) * time.Second)
+		}
+		for i, n := range w.nodes {
+			if othersDistrusted&(1<<i) != 0 && n.Name != about {
+				history.LastSaid[n.Name] = ago(time.Minute)
+			}
+		}
+		a := w.assessAt(t0, history, Options{})
 		for _, n := range w.nodes {
 			v := a.Of(n.Name)
-			if v.Verdict == Dead {
+			if !honestDead && v.Verdict == Dead {
 				t.Fatalf("%s wrote %s of %s and %s is Dead: %s", liar, state, about, n.Name, v.Reason)
 			}
-			if v.Early && !v.LeaseStale {
+			if !v.Early {
+				continue
+			}
+			if !v.LeaseStale {
 				t.Fatalf("%s early Dead with its Lease renewing: %s", n.Name, v.Reason)
+			}
+			if until, ok := a.Distrusted[n.Name]; ok && t0.Before(until) {
+				t.Fatalf("%s early Dead while distrusted until %s: %s", n.Name, until, v.Reason)
+			}
+			if distrustAgo >= 0 && n.Name == about && time.Duration(distrustAgo)*time.Second < DefaultGossipDistrustWindow {
+				t.Fatalf("%s early Dead %ds after its watchers said Dead with its Lease renewing: %s", n.Name, distrustAgo, v.Reason)
+			}
+			if a.Hold.Reason != "" || time.Duration(startedAgo)*time.Second < DefaultGossipDistrustWindow {
+				t.Fatalf("%s early Dead while early judgement holds cluster-wide (%+v, started %ds ago): %s", n.Name, a.Hold, startedAgo, v.Reason)
 			}
 		}
 	})
@@ -394,6 +447,28 @@ func TestWatchersSpreadNeighbours(t *testing.T) {
 		// random draw gives about 3 % of the seats; allow 3 times that.
 		if share := float64(neighbours) / float64(seats); share > 0.09 {
 			t.Errorf("%s: %d of %d watcher seats go to names differing only in the last character (%.0f%%), want under 9%%", name, neighbours, seats, 100*share)
+		}
+	}
+}
+
+// TestRingOrderMatchesWatchers: the ring Assess sorts once gives every
+// node, member or not, the watchers Watchers gives (the agents' rule), for
+// every k and ring size.
+func TestRingOrderMatchesWatchers(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 3, 7, 40} {
+		var members []string
+		for i := range n {
+			members = append(members, fmt.Sprintf("worker-%03d", i*3))
+		}
+		r := newRingOrder(members)
+		for i := range 3*n + 2 {
+			node := fmt.Sprintf("worker-%03d", i) // every third a member
+			for k := 1; k <= MaxWatchers+1; k++ {
+				got, want := r.watchers(node, k), Watchers(node, members, k)
+				if !slices.Equal(got, want) && (len(got) != 0 || len(want) != 0) {
+					t.Fatalf("n=%d, %s, k=%d: %v, Watchers says %v", n, node, k, got, want)
+				}
+			}
 		}
 	}
 }

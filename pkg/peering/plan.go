@@ -120,7 +120,7 @@ func newPlanFacts(in Input, now time.Time) planFacts {
 		nodes:       nodes,
 		reports:     in.Reports,
 		prev:        in.State,
-		lv:          liveness.Assess(liveness.Input{Nodes: livenessNodes(nodes), Reports: in.Reports, FirstSeen: in.FirstSeen, Leases: in.Leases, Options: cfg.Evidence}, now),
+		lv:          liveness.Assess(liveness.Input{Nodes: livenessNodes(nodes), Reports: in.Reports, FirstSeen: in.FirstSeen, Leases: in.Leases, Distrust: in.Distrust, Options: cfg.Evidence}, now),
 		dups:        duplicateAddresses(nodes, in.State),
 		firstReturn: zone.FullDisruptionEnd(nodes, func(n Node) (bool, time.Time) { return n.Ready, n.LastTransition }),
 		now:         now,

@@ -221,8 +221,12 @@ type Input struct {
 	// Without it the gossip plane confirms no death: a gossip quorum alone
 	// is one plane, and whoever holds the gossip key can forge it.
 	Leases map[string]liveness.Lease
-	State  State
-	Config Config
+	// Distrust is the history of the planes' disagreements
+	// (liveness.DistrustTracker), nil for none kept: a node whose gossip
+	// plane lied lately is not found dead by it.
+	Distrust *liveness.Distrust
+	State    State
+	Config   Config
 }
 
 // Reason says, as a stable code, why a node is in or out of the set.

@@ -75,8 +75,9 @@ func (s *sim) leaseOf(name string) liveness.Lease {
 	}
 	phase := time.Duration(slices.Index(s.names, name)%10) * time.Second
 	last := end.Add(-phase).Truncate(renewInterval).Add(phase)
-	if last.Before(s.restartedAt) {
-		last = s.restartedAt
+	if !last.After(s.restartedAt) && !s.restartedAt.IsZero() {
+		// The tracker's first sight, no renewal watched.
+		return liveness.Lease{RenewSeen: s.restartedAt, RenewInterval: renewInterval, FirstSight: true}
 	}
 	return liveness.Lease{RenewSeen: last, RenewInterval: renewInterval}
 }
@@ -92,14 +93,16 @@ func (s *sim) verdicts() map[string]liveness.NodeVerdict {
 		}
 		g := &liveness.GossipReport{ObservedAt: s.now.Add(s.skew[name]), Members: len(s.names)}
 		for _, m := range liveness.Watched(name, s.names, liveness.DefaultWatchers) {
-			state := liveness.GossipAlive
+			state, since := liveness.GossipAlive, t0.Add(-time.Hour)
 			if at, dead := s.diedAt[m]; dead && s.now.Sub(at) >= gossipDelay {
-				state = liveness.GossipDead
+				state, since = liveness.GossipDead, at.Add(gossipDelay)
 			}
 			if lie, ok := s.lies[name]; ok {
-				state = lie
+				// A liar says nothing of since when: no Lease renewal
+				// can refute it.
+				state, since = lie, time.Time{}
 			}
-			g.Watches = append(g.Watches, liveness.Watch{Node: m, State: state, Since: t0.Add(-time.Hour)})
+			g.Watches = append(g.Watches, liveness.Watch{Node: m, State: state, Since: since})
 		}
 		in.Reports = append(in.Reports, liveness.Report{Reporter: name, Gossip: g})
 	}

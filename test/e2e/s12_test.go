@@ -360,6 +360,7 @@ func TestS12TaintClearedWithoutController(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	agents, ctrl := startS13Rebound(ctx, t, c, scenario.GossipAgentOptions{})
 	waitGossipReports(ctx, t, c, agents)
+	must(t, scenario.WaitEarlyJudgement(ctx, ctrl.log, time.Minute))
 
 	must(t, agents[s13Victim].Kill())
 	must(t, c.StopNode(ctx, s13Victim))

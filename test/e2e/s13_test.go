@@ -47,7 +47,10 @@ func TestS13FastDetection(t *testing.T) {
 	timings := sandbox.FastTimings()
 	p := startPair(t, 5, timings)
 	ctx := testContext(t, 6*time.Minute)
-	agents, _ := startS13Rebound(ctx, t, p.With, scenario.GossipAgentOptions{})
+	agents, ctrl := startS13Rebound(ctx, t, p.With, scenario.GossipAgentOptions{})
+	// A controller holds early judgement for a distrust window after it
+	// starts (the lab's, 15 s): the death comes after it.
+	must(t, scenario.WaitEarlyJudgement(ctx, ctrl.log, time.Minute))
 
 	res, err := scenario.RunS13Pair(ctx, p, scenario.S13PairOptions{
 		Workload:  scenario.CriticalStandIn(s13Victim),
@@ -153,7 +156,7 @@ const s13Window = 11 * time.Second
 func s13Negative(t *testing.T, a scenario.GossipAgentOptions, fail func(context.Context, *sandbox.Cluster, map[string]*scenario.GossipAgent) error) {
 	c := startSandbox(t, 5, sandbox.FastTimings())
 	ctx := testContext(t, 4*time.Minute)
-	agents, _ := startS13Rebound(ctx, t, c, a)
+	agents, ctrl := startS13Rebound(ctx, t, c, a)
 	w := scenario.CriticalStandIn(s13Victim)
 	must(t, w.Create(ctx, c.Client))
 	var pod corev1.Pod
@@ -166,6 +169,9 @@ func s13Negative(t *testing.T, a scenario.GossipAgentOptions, fail func(context.
 		return pod.Spec.NodeName == s13Victim && kubestatus.PodReady(&pod), pod.Spec.NodeName
 	})
 	waitGossipReports(ctx, t, c, agents)
+	// Past the controller's start-up hold, so that the lane shows the
+	// rules, not the hold, keeping the node from early action.
+	must(t, scenario.WaitEarlyJudgement(ctx, ctrl.log, time.Minute))
 
 	must(t, fail(ctx, c, agents))
 	start := time.Now()

@@ -158,6 +158,12 @@ upstream eviction.`,
 			// The peering planner reads the same Lease plane: without it
 			// the gossip plane confirms no death there either.
 			peeringOpts.Leases = leases
+			// One history of the planes' disagreements for every planner:
+			// the verdicts feed it each pass. It begins with the first pass
+			// (of this process, or of this leader), and holds early
+			// judgement for one --gossip-distrust-window from then.
+			distrust := &liveness.DistrustTracker{}
+			peeringOpts.Distrust = distrust
 			var reports client.Reader
 			if peeringOn || leasePlane {
 				// Agents report their sessions where peering runs, and
@@ -165,7 +171,11 @@ upstream eviction.`,
 				// the network's plane.
 				reports = mgr.GetClient()
 			}
-			verdicts := controller.LivenessVerdicts(reports, tracker, leases, peeringOpts.Config.WithDefaults().Evidence)
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return fmt.Errorf("API client for the verdicts' Events: %w", err)
+			}
+			verdicts := controller.LivenessVerdicts(reports, tracker, leases, distrust, controller.EventWriter(cs), peeringOpts.Config.WithDefaults().Evidence)
 			if !noRecovery {
 				recOpts.WatchReports = reports != nil
 				recOpts.Liveness = verdicts

@@ -58,6 +58,11 @@ func runS13(ctx context.Context, env *runEnv) ([]Lane, error) {
 		return nil, err
 	}
 	defer scenario.StopAll(agents)
+	// The controller holds early judgement for its distrust window after
+	// it starts: the death comes after it.
+	if err := scenario.WaitEarlyJudgement(ctx, ctl.Log, time.Minute); err != nil {
+		return nil, err
+	}
 	header(env, "S13: 5 nodes, each with a gossiping agent; a critical pod and a Service endpoint on node-3, which dies outright.",
 		fmt.Sprintf("Without: kube-controller-manager alone (node grace %s). With: rebound's Lease and gossip planes, a TwoPlanes policy (0s).", env.timings.NodeMonitorGracePeriod))
 

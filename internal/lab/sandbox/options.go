@@ -140,9 +140,21 @@ func (o *Options) validate() error {
 // names (cli.AddZoneFlags): every lab controller, in the tests, the bench
 // and the demo, starts with them, as an operator sets them from the
 // cluster's own.
+//
+// Besides, a distrust window of GossipDistrustWindow: a controller holds
+// early judgement for one window after it starts (it knows no history of
+// the planes' disagreements), and a scenario waits that long, not the
+// default 3 minutes, before a death it times (scenario.WaitEarlyJudgement).
 func (t Timings) ReboundFlags() []string {
-	return []string{"--node-monitor-grace-period=" + t.NodeMonitorGracePeriod.String()}
+	return []string{"--node-monitor-grace-period=" + t.NodeMonitorGracePeriod.String(),
+		"--gossip-distrust-window=" + GossipDistrustWindow.String()}
 }
+
+// GossipDistrustWindow is the lab controllers' --gossip-distrust-window:
+// long enough to cover a stalled Lease's detection (a renew interval and
+// the margin, 4 s with FastTimings), short enough that a scenario's wait
+// after the controller starts costs little.
+const GossipDistrustWindow = 15 * time.Second
 
 // ZoneConfig is kube-controller-manager's node lifecycle settings as this
 // sandbox runs them (upstream's defaults and its node grace period), for a

@@ -1,9 +1,11 @@
 package scenario
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -396,3 +398,27 @@ func (p S13Pair) Write(w *report.Writer) {
 
 // Lines are the lines Write writes, as text.
 func (p S13Pair) Lines() ([]string, error) { return report.Lines(p.Write) }
+
+// WaitEarlyJudgement waits until the rebound controller logging to log
+// has ended the hold of early judgement it starts with (one
+// --gossip-distrust-window from its first pass: it knows no history of
+// the planes' disagreements), so that a death timed after it is judged
+// on both planes, not held for upstream. It polls the log for the line
+// the controller writes when the hold ends.
+func WaitEarlyJudgement(ctx context.Context, log string, timeout time.Duration) error {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		b, err := os.ReadFile(log)
+		if err != nil {
+			return false, nil //nolint:nilerr // not written yet
+		}
+		return bytes.Contains(b, []byte(EarlyJudgementResumed)), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the rebound controller (log %s) did not end its start-up hold of early judgement within %s: %w", log, timeout, err)
+	}
+	return nil
+}
+
+// EarlyJudgementResumed is what the controller logs when a cluster-wide
+// hold of early judgement ends.
+const EarlyJudgementResumed = "early judgement no longer held"

@@ -1,0 +1,256 @@
+package liveness
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// When the planes disagree. The gossip plane is worth something only
+// while it is independent of the Lease plane and tells the truth about
+// hosts. A quorum of watchers that calls a node Dead while rebound watches
+// its Lease renew is wrong by construction: the kubelet reached the API
+// after they called it dead (forged membership messages, a broken probe
+// path, a bug). Such a plane is not trusted for that node for a window
+// afterwards, and when it is wrong about many nodes at once it is not
+// trusted at all. A node whose own member is missing, or whose watchers
+// find its member silent while its host answers, weakens the plane
+// without lying: it is recorded, never held.
+
+// DisagreementReason names why the planes disagree about a node.
+type DisagreementReason string
+
+// Disagreement reasons (the rebound_gossip_disagreement metric's reason
+// label, the GossipPlaneDisagrees Event, diagnose).
+const (
+	// WatchersSayDead: a quorum of the node's gossip watchers say Dead,
+	// in fresh reads, while rebound watches its Lease renew.
+	WatchersSayDead DisagreementReason = "WatchersSayDead"
+	// MemberDown: the node is Ready with its Lease renewing, but its own
+	// member's gossip read went stale while other members
+	// report, or a watcher finds its member silent while its host
+	// answers (GossipMemberDown).
+	MemberDown DisagreementReason = "MemberDown"
+)
+
+// Disagreement is one node's.
+type Disagreement struct {
+	Reason DisagreementReason `json:"reason"`
+	// Detail says what each plane says, in words.
+	Detail string `json:"detail"`
+}
+
+// Holds of early judgement (Hold.Reason).
+const (
+	// HoldRestart: this process has no history of the planes'
+	// disagreements from before it started; it holds early judgement
+	// for one distrust window from its start (fail open).
+	HoldRestart = "Restart"
+	// HoldShare: more than Options.GossipDistrustShare of the Ready
+	// nodes are distrusted at once: the gossip plane is broken at
+	// scale, and no Dead vote of it is trusted.
+	HoldShare = "Share"
+)
+
+// Hold is a cluster-wide stop of early judgement: while it holds, no
+// gossip Dead vote counts for any node (Alive votes still do).
+type Hold struct {
+	// Reason is HoldRestart or HoldShare; empty when nothing holds.
+	Reason string `json:"reason,omitempty"`
+	// Until is when it ends as things stand (the window after the start,
+	// or the moment enough distrust windows end).
+	Until time.Time `json:"until,omitzero"`
+	// Distrusted counts the Ready nodes whose gossip plane is
+	// distrusted; Ready the Ready nodes; Max how many may be distrusted
+	// before the cluster-wide stop.
+	Distrusted int `json:"distrusted"`
+	Ready      int `json:"ready"`
+	Max        int `json:"max"`
+	// Detail says why, in words.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Distrust is the history of the planes' disagreements that one process
+// kept (DistrustTracker), for Input.Distrust.
+type Distrust struct {
+	// Since is when the history starts (the process's start): before
+	// Since plus the window nothing is known, and early judgement holds.
+	Since time.Time
+	// LastSaid maps a node to the last time this process saw a quorum of
+	// its watchers say Dead while its Lease renewed (WatchersSayDead).
+	LastSaid map[string]time.Time
+}
+
+// DistrustTracker keeps the history of WatchersSayDead disagreements
+// across passes: feed it every assessment (Observe), and give each pass
+// its Distrust. Its history starts with its first use (the first pass of
+// a process, or of a new leader), and a process that just started knows
+// nothing of what the planes did before: Distrust then holds early
+// judgement for one window (fail open). The zero value is ready.
+type DistrustTracker struct {
+	mu    sync.Mutex
+	start time.Time
+	last  map[string]time.Time
+}
+
+// NewDistrustTracker returns a tracker whose history starts at start.
+func NewDistrustTracker(start time.Time) *DistrustTracker {
+	return &DistrustTracker{start: start, last: map[string]time.Time{}}
+}
+
+func (t *DistrustTracker) begin(now time.Time) {
+	if t.start.IsZero() {
+		t.start = now
+	}
+	if t.last == nil {
+		t.last = map[string]time.Time{}
+	}
+}
+
+// Observe records a's WatchersSayDead disagreements as seen at now, and
+// forgets nodes last seen longer ago than MaxGossipDistrustWindow.
+func (t *DistrustTracker) Observe(a Assessment, now time.Time) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.begin(now)
+	for name, d := range a.Disagreements {
+		if d.Reason == WatchersSayDead && now.After(t.last[name]) {
+			t.last[name] = now
+		}
+	}
+	for name, at := range t.last {
+		if now.Sub(at) > MaxGossipDistrustWindow {
+			delete(t.last, name)
+		}
+	}
+}
+
+// Distrust returns the history for Input.Distrust at now: a copy the
+// caller owns. A nil tracker has none (nil: no history kept).
+func (t *DistrustTracker) Distrust(now time.Time) *Distrust {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.begin(now)
+	d := &Distrust{Since: t.start, LastSaid: make(map[string]time.Time, len(t.last))}
+	for n, at := range t.last {
+		d.LastSaid[n] = at
+	}
+	return d
+}
+
+// disagreement applies the rule to one node.
+func (p *planes) disagreement(name string) (Disagreement, bool) {
+	if len(p.ring) == 0 {
+		return Disagreement{}, false
+	}
+	var v NodeVerdict
+	if _, known := p.lease(name, &v); !known || !v.LeaseFresh() {
+		// Without a Lease seen renewing, nothing contradicts the gossip.
+		return Disagreement{}, false
+	}
+	renewed := fmt.Sprintf("its Lease renews on rebound's clock (last renewal seen %s)", stamp(v.LeaseRenewSeen))
+	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, loss{})
+	if g.watchers >= 2 && g.down >= Quorum(g.watchers) {
+		return Disagreement{Reason: WatchersSayDead, Detail: fmt.Sprintf("%d of its %d gossip watchers (%s) say Dead while %s",
+			g.down, g.watchers, strings.Join(g.downVoters, ", "), renewed)}, true
+	}
+	if n := p.byName[name]; !n.Ready {
+		return Disagreement{}, false
+	}
+	if len(g.memberDown) > 0 {
+		return Disagreement{Reason: MemberDown, Detail: fmt.Sprintf("Ready and %s, but its gossip member is silent while its host answers, say %s",
+			renewed, strings.Join(g.memberDown, ", "))}, true
+	}
+	// A read that went stale is a member that stopped; no read at all is
+	// a node that never ran one (a node selector on the agents, a node
+	// just added): not a disagreement, or its alert would fire for ever.
+	if _, fresh := p.gossip[name]; !fresh && p.wentQuiet[name] {
+		return Disagreement{Reason: MemberDown, Detail: fmt.Sprintf("Ready and %s, but its gossip member's read went stale while %d others report (is `rebound agent --gossip-only` still running on it?)",
+			renewed, len(p.ring))}, true
+	}
+	return Disagreement{}, false
+}
+
+// distrust applies the history: it fills out's Disagreements and Hold
+// and sets p.hold, before any node is judged.
+func (p *planes) distrust(order []string, history *Distrust, out *Assessment) {
+	window := p.opts.GossipDistrustWindow
+	until := map[string]time.Time{}
+	for _, name := range order {
+		d, ok := p.disagreement(name)
+		if !ok {
+			continue
+		}
+		out.Disagreements[name] = d
+		if d.Reason == WatchersSayDead {
+			until[name] = p.now.Add(window)
+		}
+	}
+	if history != nil {
+		for name, at := range history.LastSaid {
+			if _, known := p.byName[name]; !known {
+				continue
+			}
+			if u := at.Add(window); p.now.Before(u) && u.After(until[name]) {
+				until[name] = u
+			}
+		}
+	}
+	h := &out.Hold
+	var ends []time.Time
+	for _, name := range order {
+		if p.byName[name].Ready {
+			h.Ready++
+			if u, ok := until[name]; ok {
+				ends = append(ends, u)
+			}
+		}
+	}
+	h.Distrusted = len(ends)
+	h.Max = MaxDistrusted(h.Ready, p.opts.GossipDistrustShare)
+	switch {
+	case history != nil && p.now.Before(history.Since.Add(window)):
+		h.Reason, h.Until = HoldRestart, history.Since.Add(window)
+		h.Detail = fmt.Sprintf("rebound has no record of the planes' disagreements from before %s (its start): no node is judged early by its gossip plane until %s (--gossip-distrust-window %s)",
+			stamp(history.Since), stamp(h.Until), window)
+	case h.Distrusted > h.Max:
+		slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+		h.Reason, h.Until = HoldShare, ends[h.Distrusted-h.Max-1]
+		h.Detail = fmt.Sprintf("the gossip plane disagreed with the Lease plane about %d of %d Ready nodes within --gossip-distrust-window %s, more than the %d --gossip-distrust-share %g allows: no node is judged early by its gossip plane",
+			h.Distrusted, h.Ready, window, h.Max, p.opts.GossipDistrustShare)
+	}
+	if h.Reason != "" {
+		// Look again when it ends: the verdicts may change then.
+		p.wakeAt(h.Until.Add(time.Millisecond))
+	}
+	p.hold = func(name string) (time.Time, string) {
+		if h.Reason != "" {
+			return h.Until, h.Detail
+		}
+		if u, ok := until[name]; ok {
+			return u, fmt.Sprintf("a quorum of its gossip watchers said Dead while its Lease renewed, within --gossip-distrust-window %s: its gossip plane is not trusted", window)
+		}
+		return time.Time{}, ""
+	}
+	for name, u := range until {
+		out.Distrusted[name] = u
+	}
+}
+
+// MaxDistrusted is how many of ready Ready nodes may be distrusted at once
+// before early judgement stops cluster-wide: share of them, rounded
+// down, and at least one, so that one node's forged or broken plane
+// never stops the cluster's early detection, and two do in a small
+// cluster.
+func MaxDistrusted(ready int, share float64) int {
+	return max(1, int(math.Floor(share*float64(ready))))
+}
