@@ -39,7 +39,10 @@ const s14Forger = "node-1"
 func startS14(ctx context.Context, t *testing.T, ctrlArgs ...string) scenario.S14Env {
 	t.Helper()
 	c := startSandbox(t, 5, scenario.S14Timings())
-	agents, _ := startS13Rebound(ctx, t, c, scenario.GossipAgentOptions{}, ctrlArgs...)
+	agents, ctrl := startS13Rebound(ctx, t, c, scenario.GossipAgentOptions{}, ctrlArgs...)
+	// Past the controller's start-up hold, so that what keeps a node from
+	// early action is the rules, not the hold.
+	must(t, scenario.WaitEarlyJudgement(ctx, ctrl.log, time.Minute))
 	config(t, "s14_lease_stall", scenario.S14Stall.Seconds(), "s")
 	config(t, "s14_node_grace", c.Timings.NodeMonitorGracePeriod.Seconds(), "s")
 	return scenario.S14Env{C: c, TL: scenario.NewTimeline(laneWriter(t, scenario.LaneWith)), Agents: agents, Victim: s13Victim}
