@@ -209,8 +209,8 @@ func detectS13(ctx context.Context, bin string, fast, keep bool, deaths int) err
 		Workload: scenario.CriticalStandIn("node-3"),
 		Peer:     "node-0",
 		Deaths:   deaths,
-		Kill:     func(n string) error { return agents[n].Kill() },
-		Revive:   func(n string) error { return agents[n].Restart() },
+		Kill:     func(n string) error { return agents[n].HostDeath() },
+		Revive:   func(n string) error { return agents[n].HostRevive() },
 		Agents:   with.NodeNames,
 	}})
 	if err != nil {

@@ -26,8 +26,8 @@ func TestS13Series(t *testing.T) {
 		Workload: scenario.CriticalStandIn(s13Victim),
 		Peer:     s13Peer,
 		Deaths:   2,
-		Kill:     func(n string) error { return agents[n].Kill() },
-		Revive:   func(n string) error { return agents[n].Restart() },
+		Kill:     func(n string) error { return agents[n].HostDeath() },
+		Revive:   func(n string) error { return agents[n].HostRevive() },
 		Agents:   c.NodeNames,
 	})
 	if err != nil {

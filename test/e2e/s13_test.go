@@ -31,8 +31,9 @@ const (
 // TestS13FastDetection (seed: the node grace). 5 nodes, each with an agent
 // gossiping on its own loopback address; a critical Deployment with one
 // pod on node-3, and a Service with endpoints on node-3 and node-0. node-3
-// dies outright: kwok stops renewing its Lease and its agent is SIGKILLed
-// in the same instant. Both lanes in the same run, with the sandbox's fast
+// dies outright: kwok stops renewing its Lease, and in the same instant its
+// host drops every packet (its kubelet port's stand-in) and its agent
+// freezes (GossipAgent.HostDeath). Both lanes in the same run, with the sandbox's fast
 // timings (Lease renewed every 2 s, node grace 12 s, tolerations 20 s).
 //
 // Without rebound: the node is NotReady after the grace, its endpoints
@@ -54,7 +55,7 @@ func TestS13FastDetection(t *testing.T) {
 	res, err := scenario.RunS13Pair(ctx, p, scenario.S13PairOptions{
 		Workload:  scenario.CriticalStandIn(s13Victim),
 		Peer:      s13Peer,
-		KillAgent: func() error { return agents[s13Victim].Kill() },
+		KillAgent: agents[s13Victim].HostDeath,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -99,8 +100,8 @@ func TestS13APIOnlyLoss(t *testing.T) {
 	})
 }
 
-// TestS13GossipOnlyLoss: node-3's agent dies, its Lease keeps renewing.
-// The Lease plane says alive: no action.
+// TestS13GossipOnlyLoss: node-3's agent dies (SIGKILL), its host and its
+// Lease live on. The Lease plane says alive: no action.
 func TestS13GossipOnlyLoss(t *testing.T) {
 	t.Parallel()
 	s13Negative(t, scenario.GossipAgentOptions{}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*scenario.GossipAgent) error {
@@ -114,7 +115,7 @@ func TestS13GossipOnlyLoss(t *testing.T) {
 func TestS13NoQuorum(t *testing.T) {
 	t.Parallel()
 	s13Negative(t, scenario.GossipAgentOptions{Only: []string{s13Peer, s13Victim}}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*scenario.GossipAgent) error {
-		if err := agents[s13Victim].Kill(); err != nil {
+		if err := agents[s13Victim].HostDeath(); err != nil {
 			return err
 		}
 		return c.StopNode(ctx, s13Victim)
@@ -134,7 +135,7 @@ func TestS13WrongKey(t *testing.T) {
 	}
 	wrong := liveness.Watchers(s13Victim, nodes, liveness.DefaultWatchers)[:2]
 	s13Negative(t, scenario.GossipAgentOptions{WrongKey: wrong}, func(ctx context.Context, c *sandbox.Cluster, agents map[string]*scenario.GossipAgent) error {
-		if err := agents[s13Victim].Kill(); err != nil {
+		if err := agents[s13Victim].HostDeath(); err != nil {
 			return err
 		}
 		return c.StopNode(ctx, s13Victim)
@@ -208,14 +209,14 @@ func s13Negative(t *testing.T, a scenario.GossipAgentOptions, fail func(context.
 // controller's roles, the detection roles, the TwoPlanes policy), starts
 // `rebound controller --lease-plane` and the gossip-only agents of a
 // (scenario.StartGossipAgents), and returns the agents by node and the
-// controller.
-func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a scenario.GossipAgentOptions) (map[string]*scenario.GossipAgent, *controllerProcess) {
+// controller. ctrlArgs are added to the controller's flags.
+func startS13Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, a scenario.GossipAgentOptions, ctrlArgs ...string) (map[string]*scenario.GossipAgent, *controllerProcess) {
 	t.Helper()
 	cl := installRebound(ctx, t, c)
 	_, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-e2e"}, []byte(scenario.S13Policy))
 	must(t, err)
 	must(t, install.DetectionFor(ctx, cl, "rebound-e2e", sandbox.ReboundUser))
-	ctrl := startController(t, c, "--lease-plane", "--mark-pods-not-ready-early")
+	ctrl := startController(t, c, append([]string{"--lease-plane", "--mark-pods-not-ready-early"}, ctrlArgs...)...)
 	a.Binary = reboundBinary
 	agents, err := scenario.StartGossipAgents(ctx, c, a)
 	must(t, err)

@@ -17,7 +17,7 @@ var s13Info = ScenarioInfo{
 	ID:    "S13",
 	Title: "a node dies outright: two-plane detection before the node grace",
 	Description: "5 nodes, each with a gossiping agent; a critical Deployment's pod and one of a Service's two endpoints run on node-3, " +
-		"which dies outright (its Lease stops and its agent is killed). Without rebound kube-controller-manager notices at the end of its node grace; " +
+		"which dies outright (its Lease stops, its host drops every packet and its agent freezes). Without rebound kube-controller-manager notices at the end of its node grace; " +
 		"with rebound, `rebound controller --lease-plane --mark-pods-not-ready-early` and a TwoPlanes policy act once the Lease and the gossip agree.",
 	Measure: "from node-3's death to the replacement pod's Ready transition (its lastTransitionTime)",
 }
@@ -70,7 +70,7 @@ func runS13(ctx context.Context, env *runEnv) ([]Lane, error) {
 	res, err := scenario.RunS13Pair(ctx, p, scenario.S13PairOptions{
 		Workload:  scenario.CriticalStandIn("node-3"),
 		Peer:      "node-0",
-		KillAgent: agents["node-3"].Kill,
+		KillAgent: agents["node-3"].HostDeath,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("S13 %w", err)

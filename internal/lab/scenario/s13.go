@@ -25,7 +25,8 @@ import (
 )
 
 // S13: fast detection. A node dies outright: its Lease stops (kwok stops
-// renewing it) and its agent is killed at the same instant. Upstream
+// renewing it) and at the same instant its host goes silent (its kubelet
+// port's stand-in drops every packet) and its agent freezes. Upstream
 // notices only at the end of its node grace period; rebound's controller
 // knows from two independent planes (the Lease on its own clock, and the
 // agents' gossip) about one renew interval after death, taints the node,
@@ -71,7 +72,8 @@ type S13Options struct {
 	Workload Workload
 	// Peer is the node of the Service's other endpoint (a bare pod).
 	Peer string
-	// KillAgent, when set, kills the dying node's agent (SIGKILL): it runs
+	// KillAgent, when set, is the rest of the node's death
+	// (GossipAgent.HostDeath: its host silent, its agent frozen): it runs
 	// in the same instant as the Lease stops. Nil in the lane without
 	// rebound, which has no agents.
 	KillAgent func() error
@@ -125,11 +127,11 @@ func RunS13(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S13Optio
 	}
 
 	off := watchEndpointOff(ctx, c, w.Namespace, victim)
-	tl.Step("%s dies: its Lease stops and its agent is killed in the same instant", victim)
+	tl.Step("%s dies: its Lease stops, its host goes silent and its agent freezes in the same instant", victim)
 	res.DiedAt = time.Now()
 	if opts.KillAgent != nil {
 		if err := opts.KillAgent(); err != nil {
-			return res, fmt.Errorf("kill %s's agent: %w", victim, err)
+			return res, fmt.Errorf("the death of %s's host: %w", victim, err)
 		}
 	}
 	if err := c.StopNode(ctx, victim); err != nil {
@@ -345,7 +347,7 @@ func s13NotReady(ctx context.Context, c *sandbox.Cluster, node string, died time
 type S13PairOptions struct {
 	Workload Workload
 	Peer     string
-	// KillAgent kills the dying node's agent in the lane with rebound.
+	// KillAgent is the dying node's host death in the lane with rebound.
 	KillAgent func() error
 	Timeout   time.Duration
 }

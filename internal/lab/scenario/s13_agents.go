@@ -6,6 +6,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
+	mathrand "math/rand/v2"
+	stdnet "net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +17,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"rebound/internal/lab/sandbox"
 )
@@ -28,9 +36,15 @@ type GossipAgentOptions struct {
 	WrongKey []string
 }
 
-// GossipAgent is one `rebound agent --gossip-only` process.
+// GossipAgent is one `rebound agent --gossip-only` process, and the
+// stand-in of its node's host (Host).
 type GossipAgent struct {
 	Node, Address, Log string
+	// KeyFile is the agent's --gossip-key-file: rewrite it (WriteGossipKeys)
+	// and the agent reloads its keyring.
+	KeyFile string
+	// Host answers for the node's kernel at its kubelet port.
+	Host *Host
 
 	binary string
 	args   []string
@@ -78,9 +92,43 @@ func (a *GossipAgent) Kill() error {
 	return nil
 }
 
-// Stop ends the agent gracefully (SIGTERM, SIGKILL after 15 s).
+// Freeze stops the agent where it is (SIGSTOP): its sockets stay open
+// and nothing answers on them, as on a machine that lost power.
+func (a *GossipAgent) Freeze() error { return a.signal(syscall.SIGSTOP) }
+
+// Thaw lets a frozen agent run again (SIGCONT).
+func (a *GossipAgent) Thaw() error { return a.signal(syscall.SIGCONT) }
+
+func (a *GossipAgent) signal(sig syscall.Signal) error {
+	if err := a.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %v to the agent of %s: %w", sig, a.Node, err)
+	}
+	return nil
+}
+
+// HostDeath is the node's machine dying: its host drops every packet
+// (never refusing) and its agent freezes, its gossip unanswered. The
+// Lease is the caller's (c.StopNode), as the kubelet is the sandbox's.
+func (a *GossipAgent) HostDeath() error {
+	if err := a.Host.Silence(); err != nil {
+		return err
+	}
+	return a.Freeze()
+}
+
+// HostRevive undoes HostDeath: the host answers, the agent runs on.
+func (a *GossipAgent) HostRevive() error {
+	if err := a.Host.Revive(); err != nil {
+		return err
+	}
+	return a.Thaw()
+}
+
+// Stop ends the agent gracefully (SIGTERM, SIGKILL after 15 s); a frozen
+// agent is thawed first, or it could not leave.
 func (a *GossipAgent) Stop() {
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.cmd.Process.Signal(syscall.SIGCONT)
 	select {
 	case <-a.done:
 	case <-time.After(15 * time.Second):
@@ -89,27 +137,75 @@ func (a *GossipAgent) Stop() {
 }
 
 // gossipNet numbers each sandbox's loopback network, so that agents of
-// sandboxes run side by side gossip apart: 127.13.<n>.<i+1>.
+// sandboxes run side by side gossip apart: 127.13.<n>.<i+1>. It starts
+// at a random network, and freeGossipNet skips networks in use, because
+// test processes run side by side too.
 var gossipNet atomic.Int32
+
+func init() { gossipNet.Store(int32(mathrand.IntN(150))) }
+
+// freeGossipNet returns a network whose first n addresses have the gossip
+// port free (TCP and UDP), as far as a bind can tell now.
+func freeGossipNet(n int) (int, error) {
+	for range 150 {
+		net := 100 + int(gossipNet.Add(1)%150)
+		if gossipNetFree(net, n) {
+			return net, nil
+		}
+	}
+	return 0, fmt.Errorf("no free network 127.13.x.0/24 for %d gossip agents on port %d", n, GossipPort)
+}
+
+func gossipNetFree(network, n int) bool {
+	for i := range n {
+		a := fmt.Sprintf("127.13.%d.%d:%d", network, i+1, GossipPort)
+		l, err := stdnet.Listen("tcp", a)
+		if err != nil {
+			return false
+		}
+		l.Close()
+		u, err := stdnet.ListenPacket("udp", a)
+		if err != nil {
+			return false
+		}
+		u.Close()
+	}
+	return true
+}
 
 // GossipPort is the port the sandbox's agents gossip on, each on its own
 // loopback address.
 const GossipPort = 7946
 
+// GossipService is the name of the Service whose EndpointSlices list the
+// members (the agents' --gossip-service), and GossipNamespace their
+// namespace.
+const (
+	GossipService   = "rebound-gossip"
+	GossipNamespace = "rebound-agent"
+)
+
+// GossipKeyReloadInterval is how often the lab's agents re-read their
+// key file: a rotation step takes effect within it.
+const GossipKeyReloadInterval = time.Second
+
 // StartGossipAgents installs the members' confinement (deploy/gossip) on
-// c (the node-bound tokens need it) and starts one gossip-only agent per
-// node, as the ServiceAccount of deploy/gossip's DaemonSet, each on its
-// own loopback address with a token bound to its node, all joining each
-// other, with a random key written to c.Dir. Stop them with StopAll.
+// c (the node-bound tokens need it), opens a host stand-in per node
+// (StartHosts), writes the EndpointSlice that lists the members as the
+// Service's controller would, and starts one gossip-only agent per node,
+// as the ServiceAccount of deploy/gossip's DaemonSet, each on its own
+// loopback address with a token bound to its node, all joining each
+// other, with a random key in its own key file in c.Dir
+// (GossipAgent.KeyFile). Stop them with StopAll.
 func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgentOptions) (map[string]*GossipAgent, error) {
 	if err := InstallGossipConfinement(ctx, c, "rebound-gossip"); err != nil {
 		return nil, err
 	}
-	keyFile, err := writeGossipKey(filepath.Join(c.Dir, "gossip.key"))
+	good, err := NewGossipKey()
 	if err != nil {
 		return nil, err
 	}
-	wrongFile, err := writeGossipKey(filepath.Join(c.Dir, "gossip-wrong.key"))
+	wrong, err := NewGossipKey()
 	if err != nil {
 		return nil, err
 	}
@@ -117,13 +213,33 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 	if len(nodes) == 0 {
 		nodes = c.NodeNames
 	}
-	net := 100 + gossipNet.Add(1)%150
+	net, err := freeGossipNet(len(nodes))
+	if err != nil {
+		return nil, err
+	}
 	addr := func(i int) string { return fmt.Sprintf("127.13.%d.%d", net, i+1) }
 	var join []string
 	for i := range nodes {
 		join = append(join, fmt.Sprintf("%s:%d", addr(i), GossipPort))
 	}
+	hosts, err := StartHosts(ctx, c, nodes)
+	if err != nil {
+		return nil, err
+	}
+	members := map[string]string{}
+	for i, n := range nodes {
+		members[n] = addr(i)
+	}
+	if err := writeGossipEndpoints(ctx, c, members); err != nil {
+		for _, h := range hosts {
+			h.Close()
+		}
+		return nil, err
+	}
 	agents := map[string]*GossipAgent{}
+	for _, n := range nodes {
+		agents[n] = &GossipAgent{Node: n, Host: hosts[n]}
+	}
 	for i, n := range nodes {
 		token, err := GossipToken(ctx, c, n)
 		if err != nil {
@@ -135,34 +251,95 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 			StopAll(agents)
 			return nil, err
 		}
-		key := keyFile
+		// A key file per agent, as each node mounts its own copy of the
+		// Secret: a rotation reaches them one by one.
+		key := filepath.Join(c.Dir, "gossip-"+n+".key")
+		k := good
 		if slices.Contains(opts.WrongKey, n) {
-			key = wrongFile
+			k = wrong
 		}
-		a := &GossipAgent{Node: n, Address: addr(i), Log: filepath.Join(c.Dir, "logs", "rebound-agent-"+n+".log"), binary: opts.Binary,
-			args: []string{"agent", "--gossip-only", "--node-name", n, "--kubeconfig", kubeconfig,
-				"--gossip-key-file", key, "--gossip-bind-address", addr(i), "--gossip-port", fmt.Sprint(GossipPort),
-				"--gossip-join", strings.Join(join, ","), "--health-addr", "", "--metrics-bind-address", "0"}}
+		if err := WriteGossipKeys(key, k); err != nil {
+			StopAll(agents)
+			return nil, err
+		}
+		a := agents[n]
+		a.Address, a.KeyFile, a.Log, a.binary = addr(i), key, filepath.Join(c.Dir, "logs", "rebound-agent-"+n+".log"), opts.Binary
+		a.args = []string{"agent", "--gossip-only", "--node-name", n, "--kubeconfig", kubeconfig,
+			"--gossip-key-file", key, "--gossip-key-reload-interval", GossipKeyReloadInterval.String(),
+			"--gossip-namespace", GossipNamespace, "--gossip-service", GossipService,
+			"--gossip-bind-address", addr(i), "--gossip-port", fmt.Sprint(GossipPort),
+			"--gossip-join", strings.Join(join, ","), "--health-addr", "", "--metrics-bind-address", "0"}
 		if err := a.start(); err != nil {
 			StopAll(agents)
 			return nil, err
 		}
-		agents[n] = a
 	}
 	return agents, nil
 }
 
-// StopAll stops every agent.
+// StopAll stops every agent that runs and closes every host stand-in.
 func StopAll(agents map[string]*GossipAgent) {
 	for _, a := range agents {
-		a.Stop()
+		if a.cmd != nil {
+			a.Stop()
+		}
+		if a.Host != nil {
+			a.Host.Close()
+		}
 	}
 }
 
-func writeGossipKey(path string) (string, error) {
+// writeGossipEndpoints writes the EndpointSlice of GossipService: one
+// endpoint per member, its address and nodeName, and the gossip ports, as
+// the EndpointSlice controller writes them for deploy/gossip's Service.
+// The agents read their address book from it.
+//
+// Its address type is FQDN, each address an IPv4 literal: the apiserver
+// refuses loopback addresses in an IPv4 slice, and the lab's members are
+// on loopback. The agents' address book must take an FQDN slice whose
+// address parses as an IP as it takes an IPv4 one.
+func writeGossipEndpoints(ctx context.Context, c *sandbox.Cluster, members map[string]string) error {
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: GossipNamespace, Name: GossipService + "-lab", Labels: map[string]string{
+			discoveryv1.LabelServiceName: GossipService,
+			// Not the EndpointSlice controller's: it leaves the slice alone.
+			discoveryv1.LabelManagedBy: "lab.rebound.dev",
+		}},
+		AddressType: discoveryv1.AddressTypeFQDN,
+		Ports: []discoveryv1.EndpointPort{
+			{Name: ptr.To("gossip-tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](GossipPort)},
+			{Name: ptr.To("gossip-udp"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To[int32](GossipPort)},
+		},
+	}
+	nodes := slices.Sorted(maps.Keys(members))
+	for _, n := range nodes {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{members[n]},
+			NodeName:   ptr.To(n),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+		})
+	}
+	if _, err := c.Client.DiscoveryV1().EndpointSlices(GossipNamespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("write the gossip members' EndpointSlice %s/%s: %w", GossipNamespace, slice.Name, err)
+	}
+	return nil
+}
+
+// WriteGossipKeys replaces path's keys (base64, the primary first) with
+// keys, atomically: an agent never reads half a file.
+func WriteGossipKeys(path string, keys ...string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(keys, "\n")+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// NewGossipKey is a random key, base64 as a key file holds it.
+func NewGossipKey() (string, error) {
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		return "", err
 	}
-	return path, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)), 0o600)
+	return base64.StdEncoding.EncodeToString(key), nil
 }

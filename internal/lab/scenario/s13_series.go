@@ -43,10 +43,10 @@ type S13SeriesOptions struct {
 	// Deaths is how many deaths to measure (at least 1).
 	Deaths int
 	// Kill is the death of a node in the same instant as its Lease stops
-	// (today its agent is SIGKILLed; a host death works the same way).
+	// (GossipAgent.HostDeath: its host silent, its agent frozen).
 	Kill func(node string) error
-	// Revive undoes Kill: the node's agent runs again. The series resumes
-	// the node's Lease itself.
+	// Revive undoes Kill (GossipAgent.HostRevive): the node's host answers
+	// and its agent runs again. The series resumes the node's Lease itself.
 	Revive func(node string) error
 	// Agents are the nodes that run a gossip agent: the members whose reads
 	// must hold a revived node alive before the next death.
@@ -181,9 +181,9 @@ func RunS13Series(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S1
 		out = append(out, d)
 		marked = append(marked, time.Now())
 
-		tl.Step("%s comes back: its agent restarts and its Lease renews again", victim)
+		tl.Step("%s comes back: its host answers, its agent runs on and its Lease renews again", victim)
 		if err := opts.Revive(victim); err != nil {
-			return out, fmt.Errorf("revive %s's agent: %w", victim, err)
+			return out, fmt.Errorf("revive %s's host: %w", victim, err)
 		}
 		if err := c.StartNode(ctx, victim); err != nil {
 			return out, err
