@@ -206,7 +206,13 @@ func membersOf(all []*discoveryv1.EndpointSlice, defaultPort uint16) map[string]
 	}
 	best := map[string]cand{}
 	for _, s := range all {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+		// FQDN slices are read too, but only their IP literals count
+		// (ParseAddr below): the apiserver refuses loopback and
+		// link-local addresses in IP slices, so a member on such an
+		// address (a lab on one machine) can only be listed there.
+		switch s.AddressType {
+		case discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6, discoveryv1.AddressTypeFQDN:
+		default:
 			continue
 		}
 		port := defaultPort

@@ -17,6 +17,11 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+func withType(s *discoveryv1.EndpointSlice, t discoveryv1.AddressType) *discoveryv1.EndpointSlice {
+	s.AddressType = t
+	return s
+}
+
 func gossipSlice(name, ns, service string, port int32, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: service}},
@@ -54,6 +59,12 @@ func TestMembersOf(t *testing.T) {
 			map[string]netip.AddrPort{}},
 		{"a rollout: the new pod over the terminating one", []*discoveryv1.EndpointSlice{gossipSlice("s", "ns", "svc", 7000, ep("n1", "10.1.0.1", true, true), ep("n1", "10.1.0.9", false, false))},
 			map[string]netip.AddrPort{"n1": netip.MustParseAddrPort("10.1.0.9:7000")}},
+		{"an FQDN slice: its IP literals count, its names do not", []*discoveryv1.EndpointSlice{
+			withType(gossipSlice("f", "ns", "svc", 7000, ep("n1", "127.13.1.1", true, false), ep("n2", "member.example", true, false)), discoveryv1.AddressTypeFQDN)},
+			map[string]netip.AddrPort{"n1": netip.MustParseAddrPort("127.13.1.1:7000")}},
+		{"another address type: skipped", []*discoveryv1.EndpointSlice{
+			withType(gossipSlice("o", "ns", "svc", 7000, ep("n1", "10.1.0.1", true, false)), "Other")},
+			map[string]netip.AddrPort{}},
 		{"two slices", []*discoveryv1.EndpointSlice{
 			gossipSlice("a", "ns", "svc", 7000, ep("n1", "10.1.0.1", true, false)),
 			gossipSlice("b", "ns", "svc", 7000, ep("n2", "10.1.0.2", false, false))},
