@@ -303,16 +303,7 @@ func waitRenewPoint(ctx context.Context, c *sandbox.Cluster, node string, interv
 
 // sleepUntil waits for a moment on the clock, not a condition: a timer is
 // the wait.
-func sleepUntil(ctx context.Context, at time.Time) error {
-	t := time.NewTimer(time.Until(at))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+func sleepUntil(ctx context.Context, at time.Time) error { return sleep(ctx, time.Until(at)) }
 
 // waitS13Healthy waits until node is alive again on both planes: the API
 // has it Ready without rebound's taint, every agent has written a gossip
