@@ -44,7 +44,8 @@ Two-plane detection (docs/detection.md), measured two ways.
 S13 on two 5-node sandboxes at once, with upstream's default timings (the
 kubelet's Lease renewed every 10 s, node grace 50 s, tolerations 300 s):
 the node that runs a critical Deployment's only pod and one of a Service's
-two endpoints dies outright (its Lease stops, its agent is SIGKILLed).
+two endpoints dies outright: its Lease stops and its host goes silent
+(its kubelet port drops packets, its agent is frozen).
 Without rebound, kube-controller-manager alone, one death (node-3);
 with rebound, `+"`rebound controller --lease-plane --mark-pods-not-ready-early`"+`,
 gossiping agents on every node and a TwoPlanes policy (maxUnavailableTime
