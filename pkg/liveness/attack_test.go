@@ -90,3 +90,55 @@ func TestTwoPlanesAttack(t *testing.T) {
 		})
 	}
 }
+
+// TestOneReportDecides: in a cluster whose agents gossip only (no BIRD:
+// their reports carry no observedAt and no sessions), one node's agent
+// writes BGP sessions into its own PeeringReport. It is then the only
+// observer, the quorum of one observer is one, and its word alone makes a
+// NotReady node Dead, even one whose kubelet still renews its Lease (it
+// reports NotReady itself: a runtime hiccup), with every gossip watcher
+// silent on it. The peering planner then takes the node out of the mesh
+// on one report; upstream keeps peering with it.
+func TestOneReportDecides(t *testing.T) {
+	const victim, liar = "n3", "n1"
+	for _, tc := range []struct {
+		name   string
+		renews bool
+	}{
+		{name: "its Lease renewing (the kubelet reaches the API)", renews: true},
+		{name: "its Lease stale, the gossip plane silent on it", renews: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newGossipWorld(7)
+			for i := range w.nodes {
+				if w.nodes[i].Name == victim {
+					w.nodes[i] = down(victim, ago(2*time.Minute))
+				}
+			}
+			if !tc.renews {
+				w.stale(victim)
+			}
+			for _, x := range w.watchers(victim) {
+				g := w.gossip[x]
+				var keep []Watch
+				for _, wa := range g.Watches {
+					if wa.Node != victim {
+						keep = append(keep, wa)
+					}
+				}
+				g.Watches = keep
+			}
+			rs := w.reports()
+			for i := range rs {
+				if rs[i].Reporter == liar {
+					rs[i].ObservedAt = ago(time.Second)
+					rs[i].Sessions = []Session{lost(victim)}
+				}
+			}
+			a := Assess(Input{Nodes: w.nodes, Reports: rs, Leases: w.leases, FirstSeen: map[string]time.Time{}, Distrust: noHold()}, t0)
+			if v := a.Of(victim); v.Verdict == Dead {
+				t.Fatalf("one report made %s Dead: %s", victim, v.Reason)
+			}
+		})
+	}
+}
