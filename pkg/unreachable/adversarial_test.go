@@ -43,9 +43,12 @@ type sim struct {
 	// restartedAt is when rebound's Lease tracker last started: no
 	// renewal is older than that.
 	restartedAt time.Time
-	ledger      []Mark
-	opts        Options
-	maxTainted  int
+	// distrust is the history of the planes' disagreements the verdicts
+	// read (nil: none kept, no restart hold).
+	distrust   *liveness.Distrust
+	ledger     []Mark
+	opts       Options
+	maxTainted int
 }
 
 func newSim(t *testing.T, n int) *sim {
@@ -83,7 +86,7 @@ func (s *sim) leaseOf(name string) liveness.Lease {
 }
 
 func (s *sim) verdicts() map[string]liveness.NodeVerdict {
-	in := liveness.Input{Leases: map[string]liveness.Lease{}, FirstSeen: map[string]time.Time{}}
+	in := liveness.Input{Leases: map[string]liveness.Lease{}, FirstSeen: map[string]time.Time{}, Distrust: s.distrust}
 	for _, name := range s.names {
 		n := s.nodes[name]
 		in.Nodes = append(in.Nodes, liveness.Node{Name: name, Ready: readyNode(n), Transition: t0.Add(-time.Hour)})
