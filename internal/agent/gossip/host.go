@@ -26,8 +26,9 @@ const (
 	// HostAnswers: the connection was accepted, refused or reset: a live
 	// kernel at the node's address.
 	HostAnswers
-	// HostSilent: nothing came back within the timeout, or the network
-	// says the address is unreachable.
+	// HostSilent: nothing came back within the timeout, or the host did
+	// not answer ARP (EHOSTUNREACH). A local "no route" (ENETUNREACH)
+	// is HostUnknown: nothing was sent.
 	HostSilent
 )
 
@@ -76,7 +77,14 @@ func classifyDial(ctx context.Context, err error) HostAnswer {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET):
 		return HostAnswers
-	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+	case errors.Is(err, syscall.ENETUNREACH):
+		// This node has no route there: nothing was sent, so nothing
+		// was learned of the host. A watcher whose own network is gone
+		// must not vote Dead on everyone it watches.
+		return HostUnknown
+	case errors.Is(err, syscall.EHOSTUNREACH):
+		// On a LAN the host did not answer ARP (or a router says it is
+		// gone): it was asked, and it was silent.
 		return HostSilent
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return HostSilent

@@ -55,6 +55,12 @@ type watchState struct {
 	// contested: the membership has it dead, but it answered this agent's
 	// probes (logged once).
 	contested bool
+	// silentSince is when this episode's first silence was seen: kept
+	// through probes that learned nothing, cleared by any answer. A Dead
+	// vote's since is the first silence, so that a path broken for
+	// minutes never reports a death seconds old, one the controller
+	// could not refute with the Lease renewals it saw since.
+	silentSince time.Time
 }
 
 // probeTarget is one probe to make, at the book's addresses.
@@ -235,6 +241,9 @@ func (t *tracker) probed(node string, r probeResult, now time.Time) outcome {
 	if r != memberAnswered {
 		w.contested = false
 	}
+	if r == memberAnswered || r == hostAnswered {
+		w.silentSince = time.Time{}
+	}
 	switch r {
 	case memberAnswered:
 		switch {
@@ -256,8 +265,11 @@ func (t *tracker) probed(node string, r probeResult, now time.Time) outcome {
 			return becameMemberDown
 		}
 	case hostSilent:
+		if w.silentSince.IsZero() {
+			w.silentSince = now
+		}
 		if w.state != liveness.GossipDead {
-			w.state, w.since = liveness.GossipDead, now
+			w.state, w.since = liveness.GossipDead, w.silentSince
 			return becameDead
 		}
 	case hostUnknown:
