@@ -411,6 +411,11 @@ func (p *planes) judgeReady(name string, v NodeVerdict) NodeVerdict {
 	case g.up > 0:
 		v.Verdict, v.Veto = CutOffFromAPI, g.alive
 		v.Reason = fmt.Sprintf("Ready in the API, its Lease not renewed for %s on rebound's clock, but alive: %s", age, g.alive)
+	case g.dead() && v.LeaseFirstSight:
+		// This process has not watched the Lease renew once: no renewal
+		// can refute the votes, so a plane the last leader distrusted
+		// would be believed. Upstream's NotReady decides.
+		v.Reason = fmt.Sprintf("Ready in the API; its Lease not renewed for %s on rebound's clock and %s (%v), but rebound has not watched its Lease renew since it started (a first sight refutes nothing): not judged early", age, g, g.downVoters)
 	case g.dead():
 		if until, why := p.held(name); why != "" {
 			p.wakeAt(until.Add(time.Millisecond))
