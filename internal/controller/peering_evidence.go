@@ -48,6 +48,7 @@ func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, leases *
 			}
 		}
 		rs := kube.ReadableReports(list.Items)
+		distrust.SeeReports(rs, now)
 		a := liveness.Assess(liveness.Input{Nodes: kube.LivenessNodes(nodes), Reports: rs, FirstSeen: firstSeen, Leases: leases.Leases(),
 			Distrust: distrust.Distrust(now), Options: opts}, now)
 		distrust.Observe(a, now)

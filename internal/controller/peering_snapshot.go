@@ -57,6 +57,9 @@ func (r *PeeringReconciler) snapshot(ctx context.Context, log logr.Logger) (peer
 		return peeringSnapshot{}, err
 	}
 	firstSeen := r.opts.Tracker.Observe(livenessNodes(nodes), now)
+	// Dead votes are timed by when a pass first saw them, whichever
+	// planner's pass it was (the verdicts' pass records them too).
+	r.opts.Distrust.SeeReports(rs, now)
 	return peeringSnapshot{
 		Now:   now,
 		Nodes: list.Items,

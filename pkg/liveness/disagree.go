@@ -83,6 +83,32 @@ type Distrust struct {
 	// LastSaid maps a node to the last time this process saw a quorum of
 	// its watchers say Dead while its Lease renewed (WatchersSayDead).
 	LastSaid map[string]time.Time
+	// DeadSeen maps a Dead watch (DeadVoteKey) to when this process
+	// first saw it, on rebound's clock. Dead votes are judged against the
+	// Lease plane by it, not by the agents' own clocks: a controller
+	// whose clock runs behind the agents' would otherwise move every
+	// watcher's death after the renewal that refutes it. Nil: no such
+	// record (a one-shot CLI), the agents' clocks are read instead.
+	DeadSeen map[string]time.Time
+}
+
+// DeadVoteKey names one watcher's Dead watch of one node, in one episode
+// (a new Since is a new death).
+func DeadVoteKey(watcher string, w Watch) string {
+	return watcher + "/" + w.Node + "@" + w.Since.UTC().Format(time.RFC3339Nano)
+}
+
+// deadSeen is when the history first saw watcher's Dead watch w; ok is
+// false without such a record.
+func (d *Distrust) deadSeen(watcher string, w Watch, now time.Time) (time.Time, bool) {
+	if d == nil || d.DeadSeen == nil {
+		return time.Time{}, false
+	}
+	if at, ok := d.DeadSeen[DeadVoteKey(watcher, w)]; ok {
+		return at, true
+	}
+	// Not seen before this pass: it is seen now.
+	return now, true
 }
 
 // DistrustTracker keeps the history of WatchersSayDead disagreements
@@ -92,9 +118,46 @@ type Distrust struct {
 // nothing of what the planes did before: Distrust then holds early
 // judgement for one window (fail open). The zero value is ready.
 type DistrustTracker struct {
-	mu    sync.Mutex
-	start time.Time
-	last  map[string]time.Time
+	mu       sync.Mutex
+	start    time.Time
+	last     map[string]time.Time
+	deadSeen map[string]time.Time
+	// deadPresent is when a pass last saw each watch of deadSeen.
+	deadPresent map[string]time.Time
+}
+
+// SeeReports records, on rebound's clock, when this process first saw
+// each Dead watch in rs (Distrust.DeadSeen). Call it each pass before
+// Assess; several planners may, each with the reports it reads. A watch
+// no pass has seen for longer than a report's maximum age is forgotten.
+func (t *DistrustTracker) SeeReports(rs []Report, now time.Time) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.begin(now)
+	for _, r := range rs {
+		if r.Gossip == nil {
+			continue
+		}
+		for _, w := range r.Gossip.Watches {
+			if w.State != GossipDead {
+				continue
+			}
+			k := DeadVoteKey(r.Reporter, w)
+			if _, ok := t.deadSeen[k]; !ok {
+				t.deadSeen[k] = now
+			}
+			t.deadPresent[k] = now
+		}
+	}
+	for k, at := range t.deadPresent {
+		if now.Sub(at) > MaxGossipDistrustWindow {
+			delete(t.deadPresent, k)
+			delete(t.deadSeen, k)
+		}
+	}
 }
 
 // NewDistrustTracker returns a tracker whose history starts at start.
@@ -108,6 +171,9 @@ func (t *DistrustTracker) begin(now time.Time) {
 	}
 	if t.last == nil {
 		t.last = map[string]time.Time{}
+	}
+	if t.deadSeen == nil {
+		t.deadSeen, t.deadPresent = map[string]time.Time{}, map[string]time.Time{}
 	}
 }
 
@@ -141,9 +207,12 @@ func (t *DistrustTracker) Distrust(now time.Time) *Distrust {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.begin(now)
-	d := &Distrust{Since: t.start, LastSaid: make(map[string]time.Time, len(t.last))}
+	d := &Distrust{Since: t.start, LastSaid: make(map[string]time.Time, len(t.last)), DeadSeen: make(map[string]time.Time, len(t.deadSeen))}
 	for n, at := range t.last {
 		d.LastSaid[n] = at
+	}
+	for k, at := range t.deadSeen {
+		d.DeadSeen[k] = at
 	}
 	return d
 }
@@ -165,7 +234,7 @@ func (p *planes) disagreement(name string) (Disagreement, bool) {
 	// dies is voted Dead within seconds, often before its Lease has had
 	// time to go stale, and distrusting it then would delay every real
 	// death to upstream's grace.
-	at := loss{}
+	at := loss{seen: p.deadSeen()}
 	if !v.LeaseFirstSight {
 		at.renewed = v.LeaseRenewSeen
 	}

@@ -257,6 +257,8 @@ func TestDistrustTracker(t *testing.T) {
 			}
 		}
 	}
+	// Pass 0, 5 s ago: the controller sees the watchers' Dead reads.
+	tr.SeeReports(w.reports(), ago(5*time.Second))
 	// Pass 1: the Lease renews after the watchers said Dead.
 	a := w.assessAt(t0, tr.Distrust(t0), Options{})
 	if a.Disagreements[victim].Reason != WatchersSayDead {

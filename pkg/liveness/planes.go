@@ -152,6 +152,10 @@ type loss struct {
 	// death; that read must not keep the node CutOffFromAPI until it
 	// ages out.
 	alive time.Time
+	// seen, when set, says when this process first saw a Dead watch on
+	// its own clock (Distrust.DeadSeen): a Dead vote is then judged by
+	// it, not by the agent's ObservedAt and Since.
+	seen func(watcher string, w Watch) (time.Time, bool)
 	// renewed: a Lease renewal rebound watched at this moment (never a
 	// first sight). A Dead vote whose death began before it is refuted:
 	// the kubelet reached the API after the watcher called the node
@@ -183,11 +187,17 @@ func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, vote
 			if !voter(w) {
 				continue
 			}
+			began := watch.Since
+			if at.seen != nil {
+				if seen, ok := at.seen(w, watch); ok {
+					read, began = seen, seen
+				}
+			}
 			if !at.dead.IsZero() && !read.After(at.dead) {
 				g.before++
 				continue
 			}
-			if !at.renewed.IsZero() && !watch.Since.IsZero() && watch.Since.Before(at.renewed) {
+			if !at.renewed.IsZero() && !began.IsZero() && began.Before(at.renewed) {
 				g.refuted++
 				g.refutedVoters = append(g.refutedVoters, w)
 				continue
@@ -366,20 +376,30 @@ func (p *planes) votes(name string, v *NodeVerdict, at loss) gossipPlane {
 // whose Lease renews is judged by nothing early).
 func (p *planes) lossOf(name string, v NodeVerdict) loss {
 	if !v.LeaseStaleAt.IsZero() && v.LeaseStale {
-		at := loss{dead: v.LeaseRenewSeen, alive: v.LeaseRenewSeen.Add(p.in.Leases[name].RenewInterval)}
+		at := loss{dead: v.LeaseRenewSeen, alive: v.LeaseRenewSeen.Add(p.in.Leases[name].RenewInterval), seen: p.deadSeen()}
 		if !v.LeaseFirstSight {
 			at.renewed = v.LeaseRenewSeen
 		}
 		return at
 	}
 	if n, ok := p.byName[name]; ok && !n.Ready {
-		at := loss{dead: v.Since, alive: v.Since}
+		at := loss{dead: v.Since, alive: v.Since, seen: p.deadSeen()}
 		if !v.LeaseStaleAt.IsZero() && !v.LeaseFirstSight {
 			at.renewed = v.LeaseRenewSeen
 		}
 		return at
 	}
 	return loss{}
+}
+
+// deadSeen times Dead votes on rebound's clock when the caller keeps the
+// record (Distrust.DeadSeen), nil otherwise.
+func (p *planes) deadSeen() func(string, Watch) (time.Time, bool) {
+	d := p.in.Distrust
+	if d == nil || d.DeadSeen == nil {
+		return nil
+	}
+	return func(watcher string, w Watch) (time.Time, bool) { return d.deadSeen(watcher, w, p.now) }
 }
 
 // held says whether node's gossip plane may not make it Dead now, until

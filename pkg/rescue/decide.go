@@ -83,8 +83,12 @@ func BouncedFor(annotations map[string]string) (t time.Time, ok bool, err error)
 // BounceCovers reports whether a Deployment's annotations already record a
 // bounce for an incident that started at since (or later), and says so.
 // The planner and the executor (on the Deployment it re-reads from the API)
-// both apply it.
-func BounceCovers(annotations map[string]string, since time.Time) (string, bool) {
+// both apply it. slack is the node grace: a node rebound marked early goes
+// NotReady at most one grace after its last renewal, which came before
+// the mark, so a bounce recorded at the mark covers a NotReady transition
+// up to a grace later, even when a restarted controller took the mark off
+// in between (it holds early judgement; the incident's record stays).
+func BounceCovers(annotations map[string]string, since time.Time, slack time.Duration) (string, bool) {
 	t, ok, err := BouncedFor(annotations)
 	switch {
 	case !ok:
@@ -92,7 +96,7 @@ func BounceCovers(annotations map[string]string, since time.Time) (string, bool)
 	case err != nil:
 		return fmt.Sprintf("annotation %s=%q is not an RFC 3339 time, so rebound assumes a bounce was done; remove it to allow another scale bounce",
 			ScaleBouncedForAnnotation, annotations[ScaleBouncedForAnnotation]), true
-	case !since.After(t):
+	case !since.After(t.Add(slack)):
 		return fmt.Sprintf("already scale-bounced once for this incident (annotation %s=%s, node NotReady since %s): not repeated; look at why the replacement is not available",
 			ScaleBouncedForAnnotation, formatTime(t), formatTime(since)), true
 	}
@@ -128,6 +132,9 @@ type Action struct {
 	// NotReady (or was marked unreachable, if earlier): the value of
 	// ScaleBouncedForAnnotation.
 	Incident time.Time
+	// IncidentSlack is the node grace BounceCovers allows between a
+	// recorded bounce and Incident.
+	IncidentSlack time.Duration
 	// TwoPlane is set on a delete a two-plane verdict decided (policy
 	// detection TwoPlanes): the executor then requires what it says of
 	// the node's Lease, taint and verdict, where it would otherwise
@@ -290,7 +297,7 @@ func (p *planner) decideStateless(i int, pod *corev1.Pod, rule *policyRule, o ow
 		case rule.allowBounce && d != nil && staleBounce != "":
 			p.report(cp, DecisionReportOnly, "stranded %s pod and DeleteAndReplace is not among the policy's actions; %s", cp.Workload, staleBounce)
 		case rule.allowBounce && d != nil:
-			if why, no := bounceRefused(cp, d); no {
+			if why, no := bounceRefused(cp, d, p.grace); no {
 				p.report(cp, DecisionReportOnly, "stranded %s pod and DeleteAndReplace is not among the policy's actions; %s", cp.Workload, why)
 				return
 			}
@@ -337,7 +344,7 @@ func (p *planner) decideStateless(i int, pod *corev1.Pod, rule *policyRule, o ow
 	case staleBounce != "":
 		p.report(cp, DecisionReportOnly, "%s; %s", waiting, staleBounce)
 	default:
-		if why, no := bounceRefused(cp, d); no {
+		if why, no := bounceRefused(cp, d, p.grace); no {
 			// A bounce that did not bring the replacement will not do
 			// better the second time; stop rather than churn.
 			p.report(cp, DecisionReportOnly, "%s; %s", waiting, why)
@@ -352,8 +359,8 @@ func (p *planner) decideStateless(i int, pod *corev1.Pod, rule *policyRule, o ow
 // annotation), and only when no replica is available (a bounce restarts
 // every replica, so with one available it would take a working service
 // down).
-func bounceRefused(cp *CriticalPod, d *appsv1.Deployment) (string, bool) {
-	if why, covered := BounceCovers(d.Annotations, cp.Incident); covered {
+func bounceRefused(cp *CriticalPod, d *appsv1.Deployment, slack time.Duration) (string, bool) {
+	if why, covered := BounceCovers(d.Annotations, cp.Incident, slack); covered {
 		return why, true
 	}
 	if n := d.Status.AvailableReplicas; n > 0 {
@@ -376,6 +383,7 @@ func (p *planner) proposeScaleDown(i int, pod *corev1.Pod, rule *policyRule, sta
 		ResourceVersion: d.ResourceVersion,
 		Replicas:        want,
 		Incident:        since,
+		IncidentSlack:   p.grace,
 	}, "%s Deployment %s: %d replicas to 0 now (annotation %s=%d, %s=%s), back to %d on the next plan; at most once for this incident",
 		fmt.Sprintf(format, args...), d.Name, want, ScaleBounceAnnotation, want, ScaleBouncedForAnnotation, formatTime(since), want)
 }

@@ -95,7 +95,7 @@ func (a *Action) ChangeDeployment(d *appsv1.Deployment) (result, why string) {
 	}
 	switch a.Kind {
 	case ActionScaleDown:
-		if w, covered := BounceCovers(d.Annotations, a.Incident); covered {
+		if w, covered := BounceCovers(d.Annotations, a.Incident, a.IncidentSlack); covered {
 			return ResultRefused, w
 		}
 		if n := d.Status.AvailableReplicas; n > 0 {

@@ -644,3 +644,30 @@ func TestFullDisruptionHealUnseenNeedsEveryReadyNode(t *testing.T) {
 		t.Fatalf("node-0 Ready throughout: %s, deadline %v, %q; want Act with the deadline from node-3's own NotReady", cp.Decision, cp.Deadline, cp.Reason)
 	}
 }
+
+// TestBounceCoversAfterARestart: a node marked early and bounced for goes
+// NotReady up to one node grace later. A restarted controller holds early
+// judgement and takes the mark off, so the incident then reads as the
+// NotReady transition; the bounce recorded at the mark still covers it.
+func TestBounceCoversAfterARestart(t *testing.T) {
+	bounced := time.Date(2026, 3, 1, 12, 0, 5, 0, time.UTC)
+	ann := map[string]string{ScaleBouncedForAnnotation: bounced.Format(time.RFC3339)}
+	const grace = 50 * time.Second
+	for _, tc := range []struct {
+		name     string
+		notReady time.Time
+		covered  bool
+	}{
+		{"NotReady 40 s after the mark: the same incident", bounced.Add(40 * time.Second), true},
+		{"NotReady a whole grace after the mark: the same incident", bounced.Add(grace), true},
+		{"NotReady past the grace: a new incident", bounced.Add(grace + time.Second), false},
+		{"control: the mark's own time", bounced, true},
+	} {
+		if _, got := BounceCovers(ann, tc.notReady, grace); got != tc.covered {
+			t.Errorf("%s: covered %v, want %v", tc.name, got, tc.covered)
+		}
+	}
+	if _, got := BounceCovers(ann, bounced.Add(time.Second), 0); got {
+		t.Error("without slack, a later NotReady transition is covered: the row above tests nothing")
+	}
+}
