@@ -216,6 +216,11 @@ func TestS4CalicoConfdBothGroups(t *testing.T) {
 	})
 	for _, n := range lab.Nodes {
 		must(t, cs.WaitPeers(ctx, n, birdlab.Others(lab.Nodes, n), time.Minute))
+		// Its block, from its BlockAffinity: the route it announces.
+		poll(ctx, t, 30*time.Second, n.Name+" announces its block", func() (bool, string) {
+			aggr := cs.Of(n).RenderedFile("bird_aggr.cfg")
+			return strings.Contains(aggr, "route "+n.Route.String()+" blackhole;"), aggr
+		})
 	}
 
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controller.DefaultPeeringNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

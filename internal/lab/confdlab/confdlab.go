@@ -79,7 +79,9 @@ func Prepare(opts Options) (*Confd, error) {
 		return nil, errors.New("confdlab: Binary, Source, Dir, Kubeconfig, NodeName and Socket are required")
 	}
 	src := filepath.Join(opts.Source, TemplatesDir)
-	for _, d := range []string{"conf.d", "templates", "status"} {
+	// status/endpoint-status: confd watches it for calico-node's endpoint
+	// status files and logs an error every 30 s while it is missing.
+	for _, d := range []string{"conf.d", "templates", "status/endpoint-status"} {
 		if err := os.MkdirAll(filepath.Join(opts.Dir, "confd", d), 0o755); err != nil {
 			return nil, err
 		}
@@ -210,8 +212,12 @@ func (c *Confd) Stop() error {
 }
 
 // Rendered returns the rendered bird.cfg, "" when there is none yet.
-func (c *Confd) Rendered() string {
-	data, _ := os.ReadFile(c.Config)
+func (c *Confd) Rendered() string { return c.RenderedFile("bird.cfg") }
+
+// RenderedFile returns one rendered file (bird.cfg, bird_aggr.cfg or
+// bird_ipam.cfg), "" when there is none yet.
+func (c *Confd) RenderedFile(name string) string {
+	data, _ := os.ReadFile(filepath.Join(c.opts.Dir, name))
 	return string(data)
 }
 

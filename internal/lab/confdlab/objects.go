@@ -2,6 +2,8 @@ package confdlab
 
 import (
 	"context"
+	"crypto/sha3"
+	"encoding/base32"
 	"fmt"
 	"net/netip"
 	"os"
@@ -154,10 +156,25 @@ func CreateNode(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interf
 	}
 	name := o.Name + "-" + strings.NewReplacer(".", "-", "/", "-").Replace(o.Block.String())
 	aff := o.API.object("BlockAffinity", name, map[string]any{
-		"cidr": o.Block.String(), "node": o.Name, "state": "confirmed", "deleted": "false",
+		"cidr": o.Block.String(), "node": o.Name, "state": "confirmed", "deleted": "false", "type": "host",
+	})
+	// confd lists a node's affinities by these labels, which Calico's IPAM
+	// sets (libcalico-go's EnsureBlockAffinityLabels): without them it
+	// renders no block, and the node announces nothing.
+	aff.SetLabels(map[string]string{
+		"projectcalico.org/hostname-hash": hostnameHash(o.Name),
+		"projectcalico.org/affinity-type": "host",
+		"projectcalico.org/ip-version":    "4",
 	})
 	if _, err := dyn.Resource(o.API.GVR("blockaffinities")).Create(ctx, aff, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("confdlab: BlockAffinity %s: %w", name, err)
 	}
 	return nil
+}
+
+// hostnameHash is Calico's label value for a host name: SHA3-256, base32
+// without padding (labels hold 63 characters, host names more).
+func hostnameHash(host string) string {
+	h := sha3.Sum256([]byte(host))
+	return base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(h[:])
 }
