@@ -19,6 +19,7 @@ import (
 	"rebound/internal/lab/birdproc"
 	"rebound/internal/lab/confdlab"
 	"rebound/internal/lab/sandbox"
+	"rebound/pkg/peering"
 	"rebound/pkg/peering/calico"
 )
 
@@ -261,15 +262,24 @@ func (s *S4Confd) hooks(c *sandbox.Cluster, dyn dynamic.Interface, api confdlab.
 					return err
 				}
 			}
-			if err := stopS4Nodes(ctx, c, dead); err != nil {
-				return err
-			}
-			if !s.opts.Rebound {
-				return nil
-			}
-			return waitADeadNodeLeaves(ctx, c, dead)
+			// No waitADeadNodeLeaves here, unlike the lane with rebound's
+			// agents: calico-node reports no sessions, so no live peer
+			// confirms the two dead nodes down, and the leave budget (2 of
+			// 3 at once is more than half) holds the set until B returns.
+			return stopS4Nodes(ctx, c, dead)
 		},
 		Returning: func(ctx context.Context, lab *birdlab.Lab, b *birdlab.Node) error {
+			if s.opts.Rebound {
+				var labels []string
+				for _, n := range lab.Nodes {
+					in, err := InSetLabel(ctx, c.Client, n.Name)
+					if err != nil {
+						return err
+					}
+					labels = append(labels, n.Name+"="+in)
+				}
+				tl.Step("before %s returns, the set (%s): %s", b.Name, peering.LabelInSet, strings.Join(labels, ", "))
+			}
 			if err := c.StartNode(ctx, b.Name); err != nil {
 				return err
 			}
@@ -281,7 +291,10 @@ func (s *S4Confd) hooks(c *sandbox.Cluster, dyn dynamic.Interface, api confdlab.
 					return err
 				}
 				// B's return gives its share of the leave budget back:
-				// the other dead nodes leave now if they had not.
+				// the other dead nodes leave now. B's BIRD starts after
+				// that, as in the lane with rebound's agents: the
+				// controller acts on B's Ready within a reconcile, calico-node's
+				// pod starts BIRD seconds later.
 				for _, d := range lab.Nodes[2:] {
 					if err := WaitInSet(ctx, c.Client, d.Name, false, S4PruneGrace+30*time.Second); err != nil {
 						return err
