@@ -79,7 +79,7 @@ func reboundControllerFor(ctx context.Context, t *testing.T, c *sandbox.Cluster)
 // TestS4CalicoConfd is S4 (seed 003) on Calico's own renderer: three
 // Debian BIRD 1.6 nodes, each configured only by its node's confd (Calico
 // v3.32.1, Kubernetes datastore) from the sandbox's Calico objects; B and
-// C die, B returns with bird -R. Both lanes run at once, each on a sandbox
+// C die, B returns with bird -R. The lanes run at once, each on a sandbox
 // of its own (the BGPConfiguration that says mesh on or off is
 // cluster-wide), through scenario.S4Confd, which measures with RunS4 as
 // every S4 test does:
@@ -90,7 +90,14 @@ func reboundControllerFor(ctx context.Context, t *testing.T, c *sandbox.Cluster)
 //   - with rebound, the real `rebound controller --peering --calico`
 //     publishes its BGPPeer, Calico's mesh is switched off as
 //     docs/peering-calico.md says, and confd renders only the set: B's
-//     BIRD starts with A alone and stops waiting at once.
+//     BIRD starts with A alone and stops waiting at once. calico-node
+//     reports no BGP sessions, so no live peer confirms the two dead nodes
+//     down: the leave budget holds the set (2 of 3 would leave) until B is
+//     Ready, and C leaves a prune grace later. B's BIRD starts once it has
+//     (as in the agents' S4 lane);
+//   - with rebound, BIRD first: B's BIRD starts as soon as B is Ready, as
+//     calico-node starts it, with C still in its bird.cfg; confd's reload
+//     once C leaves ends BIRD 1.6's wait (a third sandbox).
 //
 // As in the other S4 tests the per-peer graceful restart time is
 // scenario.S4GracefulRestartTime (Calico's nodeMeshMaxRestartTime and the
@@ -106,68 +113,73 @@ func TestS4CalicoConfd(t *testing.T) {
 	}
 	t.Parallel()
 	pair := startPair(t, scenario.S4Nodes, sandbox.FastTimings())
+	first := startSandbox(t, scenario.S4Nodes, sandbox.FastTimings())
 	ctx := testContext(t, 12*time.Minute)
 
-	controllerFor := map[*sandbox.Cluster]func(context.Context, ...string) (func() error, error){
-		pair.With: reboundControllerFor(ctx, t, pair.With),
+	type lane struct {
+		s4  *scenario.S4Confd
+		tl  *scenario.Timeline
+		res scenario.S4Result
+		err error
 	}
-	lane := func(c *sandbox.Cluster, tag string, net int, rebound bool) *scenario.S4Confd {
-		return scenario.NewS4Confd(scenario.S4ConfdOptions{
+	newLane := func(c *sandbox.Cluster, tl *scenario.Timeline, tag string, net int, rebound, birdFirst bool) *lane {
+		opts := scenario.S4ConfdOptions{
 			Cluster: c, Bins: bins, CRDs: crds,
 			Confd: scenario.ConfdOptions{Binary: confd, Source: src},
-			Net:   net, Dir: shortDir(t), NetNS: netnsName(t, tag), Rebound: rebound,
-			Controller: controllerFor[c],
-		})
-	}
-	without := lane(pair.Without, "confd-wo", 55, false)
-	with := lane(pair.With, "confd-w", 57, true)
-	var (
-		wg               sync.WaitGroup
-		woRes, withRes   scenario.S4Result
-		woErr, withErr   error
-		withFilesAtError string
-	)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		woRes, woErr = without.Run(ctx, pair.WithoutTimeline)
-	}()
-	go func() {
-		defer wg.Done()
-		withRes, withErr = with.Run(ctx, pair.WithTimeline)
-		if withErr != nil || !withRes.Recovered || withRes.Recovery() > s4ConfdWithBound {
-			withFilesAtError = with.RenderedFiles()
+			Net:   net, Dir: shortDir(t), NetNS: netnsName(t, tag), Rebound: rebound, BirdFirst: birdFirst,
 		}
-	}()
+		if rebound {
+			opts.Controller = reboundControllerFor(ctx, t, c)
+		}
+		return &lane{s4: scenario.NewS4Confd(opts), tl: tl}
+	}
+	without := newLane(pair.Without, pair.WithoutTimeline, "confd-wo", 55, false, false)
+	with := newLane(pair.With, pair.WithTimeline, "confd-w", 57, true, false)
+	birdFirst := newLane(first, scenario.NewTimeline(laneWriter(t, "with rebound, BIRD first")), "confd-wf", 51, true, true)
+	var wg sync.WaitGroup
+	for _, l := range []*lane{without, with, birdFirst} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.res, l.err = l.s4.Run(ctx, l.tl)
+		}()
+	}
 	wg.Wait()
-	t.Cleanup(func() {
-		if t.Failed() && withFilesAtError != "" {
-			t.Logf("the lane with rebound's rendered files:\n%s", withFilesAtError)
+	// Each lane's figure when that lane measured one, whatever the others did.
+	for _, m := range []struct {
+		name string
+		l    *lane
+	}{
+		{"s4_calico_confd_without_rebound", without},
+		{"s4_calico_confd_with_rebound", with},
+		{"s4_calico_confd_with_rebound_bird_first", birdFirst},
+	} {
+		if m.l.err == nil && m.l.res.Recovered {
+			metric(t, m.name, m.l.res.Recovery().Seconds(), "s")
 		}
-	})
-	// Each lane's figure when that lane measured one, whatever the other did.
-	if woErr == nil && woRes.Recovered {
-		metric(t, "s4_calico_confd_without_rebound", woRes.Recovery().Seconds(), "s")
 	}
-	if withErr == nil && withRes.Recovered {
-		metric(t, "s4_calico_confd_with_rebound", withRes.Recovery().Seconds(), "s")
+	for name, l := range map[string]*lane{"without rebound": without, "with rebound": with, "with rebound, BIRD first": birdFirst} {
+		if l.err != nil {
+			t.Errorf("%s: %v", name, l.err)
+		}
 	}
-	if withErr != nil {
-		t.Errorf("with rebound: %v", withErr)
-	}
-	if woErr != nil {
-		t.Errorf("without rebound: %v", woErr)
-	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("the lane with rebound's rendered files:\n%s", with.s4.RenderedFiles())
+		}
+	}()
 	if t.Failed() {
 		return
 	}
-	if !withRes.Recovered || withRes.Recovery() > s4ConfdWithBound {
-		t.Errorf("with rebound B's routes flowed both ways %s after its BIRD started (recovered: %v; B started with peers %v), want <= %s",
-			withRes.Recovery(), withRes.Recovered, withRes.StartPeers, s4ConfdWithBound)
+	if w := with.res; !w.Recovered || w.Recovery() > s4ConfdWithBound {
+		t.Errorf("with rebound B's routes flowed both ways %s after its BIRD started (recovered: %v), want <= %s", w.Recovery(), w.Recovered, s4ConfdWithBound)
 	}
-	if woRes.RouteOfB < s4WithoutAtLeast {
+	if f := birdFirst.res; !f.Recovered || f.Recovery() >= s4WithoutAtLeast {
+		t.Errorf("with rebound and B's BIRD started at once, B's routes flowed both ways %s after its BIRD started (recovered: %v): confd's reload without the dead peer must end BIRD 1.6's wait (want < %s)", f.Recovery(), f.Recovered, s4WithoutAtLeast)
+	}
+	if wo := without.res; wo.RouteOfB < s4WithoutAtLeast {
 		t.Errorf("without rebound A had B's route %s after B's BIRD started; Calico's mesh keeps the dead C in B's bird.cfg, which holds it ~240 s (want >= %s)",
-			woRes.RouteOfB, s4WithoutAtLeast)
+			wo.RouteOfB, s4WithoutAtLeast)
 	}
 }
 

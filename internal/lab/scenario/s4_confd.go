@@ -51,6 +51,11 @@ type S4ConfdOptions struct {
 	Net        int
 	Dir, NetNS string
 	Rebound    bool
+	// BirdFirst (with Rebound): B's BIRD starts as soon as B's Node is
+	// Ready, as calico-node starts it, not once the set has settled; B
+	// starts with the other dead node still in its bird.cfg, and confd
+	// reloads BIRD when the controller takes that node out.
+	BirdFirst bool
 	// Controller starts `rebound controller` with args (the lane with
 	// rebound) and returns how to stop it.
 	Controller func(ctx context.Context, args ...string) (stop func() error, err error)
@@ -290,12 +295,14 @@ func (s *S4Confd) hooks(c *sandbox.Cluster, dyn dynamic.Interface, api confdlab.
 				if err := WaitInSet(ctx, c.Client, b.Name, true, nodeGraceWait(c)); err != nil {
 					return err
 				}
-				// B's return gives its share of the leave budget back:
-				// the other dead nodes leave now. B's BIRD starts after
-				// that, as in the lane with rebound's agents: the
-				// controller acts on B's Ready within a reconcile, calico-node's
-				// pod starts BIRD seconds later.
+				// B's return thaws the set: the other dead node leaves a
+				// prune grace later (a freeze ends gently). B's BIRD starts
+				// after that, as in the lane with rebound's agents; with
+				// BirdFirst at once, as calico-node would.
 				for _, d := range lab.Nodes[2:] {
+					if s.opts.BirdFirst {
+						break
+					}
 					if err := WaitInSet(ctx, c.Client, d.Name, false, S4PruneGrace+30*time.Second); err != nil {
 						return err
 					}
