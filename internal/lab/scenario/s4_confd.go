@@ -267,7 +267,7 @@ func (s *S4Confd) hooks(c *sandbox.Cluster, dyn dynamic.Interface, api confdlab.
 					return err
 				}
 			}
-			// No waitADeadNodeLeaves here, unlike the lane with rebound's
+			// No wait for a dead node to leave here, unlike the lane with rebound's
 			// agents: calico-node reports no sessions, so no live peer
 			// confirms the two dead nodes down, and the leave budget (2 of
 			// 3 at once is more than half) holds the set until B returns.

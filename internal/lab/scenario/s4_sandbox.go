@@ -202,26 +202,6 @@ func (s *S4OnSandbox) baselineHooks(c *sandbox.Cluster) S4Hooks {
 	}
 }
 
-// waitADeadNodeLeaves waits until the controller acts before B returns:
-// the incident's leave budget lets some dead node leave (one of three),
-// not all.
-func waitADeadNodeLeaves(ctx context.Context, c *sandbox.Cluster, dead []*birdlab.Node) error {
-	return birdlab.Poll(ctx, 200*time.Millisecond, S4PruneGrace+time.Minute, "a dead node leaves the set", func() (bool, string) {
-		var seen []string
-		for _, d := range dead {
-			in, err := InSetLabel(ctx, c.Client, d.Name)
-			if err != nil {
-				return false, err.Error()
-			}
-			if in == "false" {
-				return true, ""
-			}
-			seen = append(seen, d.Name+"="+in)
-		}
-		return false, strings.Join(seen, ", ")
-	})
-}
-
 func stopS4Nodes(ctx context.Context, c *sandbox.Cluster, dead []*birdlab.Node) error {
 	for _, n := range dead {
 		if err := c.StopNode(ctx, n.Name); err != nil {
@@ -299,7 +279,22 @@ func (s *S4OnSandbox) reboundHooks(c *sandbox.Cluster, tl *Timeline) S4Hooks {
 			if err := stopS4Nodes(ctx, c, dead); err != nil {
 				return err
 			}
-			return waitADeadNodeLeaves(ctx, c, dead)
+			// The controller acts before B returns: the incident's leave
+			// budget lets some dead node leave (one of three), not all.
+			return birdlab.Poll(ctx, 200*time.Millisecond, S4PruneGrace+time.Minute, "a dead node leaves the set", func() (bool, string) {
+				var seen []string
+				for _, d := range dead {
+					in, err := InSetLabel(ctx, c.Client, d.Name)
+					if err != nil {
+						return false, err.Error()
+					}
+					if in == "false" {
+						return true, ""
+					}
+					seen = append(seen, d.Name+"="+in)
+				}
+				return false, strings.Join(seen, ", ")
+			})
 		},
 		Returning: func(ctx context.Context, lab *birdlab.Lab, b *birdlab.Node) error {
 			if err := c.StartNode(ctx, b.Name); err != nil {
