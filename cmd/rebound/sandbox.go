@@ -46,13 +46,15 @@ and kwok playing the kubelets of N fake nodes. No container engine is needed.
 }
 
 func newSandboxBuildCommand() *cobra.Command {
-	var src string
+	var src, confdSrc string
 	cmd := &cobra.Command{
 		Use:   "build",
 		Short: "Build the control-plane binaries at their pinned versions (once per version)",
 		Long: `Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 from the versions pinned in the sandbox/ module, into the user cache directory.
-The first build takes about 5 minutes on 2 cores; afterwards this returns at once.`,
+The first build takes about 5 minutes on 2 cores; afterwards this returns at once.
+With --confd-source it also builds Calico's confd from that folder (the tests that
+run Calico's own renderer need it), into the same cache, once per version.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := sandbox.EnsureBinaries(cmd.Context(), sandbox.BuildOptions{SourceDir: src, Progress: cmd.ErrOrStderr()})
@@ -60,10 +62,19 @@ The first build takes about 5 minutes on 2 cores; afterwards this returns at onc
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), b.Dir)
+			if confdSrc == "" {
+				return nil
+			}
+			bin, err := sandbox.EnsureConfd(cmd.Context(), sandbox.ConfdBuildOptions{SourceDir: confdSrc, Progress: cmd.ErrOrStderr()})
+			if err != nil {
+				return fmt.Errorf("--confd-source %s: %w", confdSrc, err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), bin)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&src, "source", "", "the sandbox module folder (default: found above the working directory)")
+	cmd.Flags().StringVar(&confdSrc, "confd-source", "", "also build Calico's confd from this folder (its own module, e.g. "+sandbox.ConfdSourceDefault+")")
 	return cmd
 }
 

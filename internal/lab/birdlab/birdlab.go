@@ -66,6 +66,14 @@ type Options struct {
 	// BFD to the node's address (strict bind); several BIRD 1.6 on one
 	// host share BFD's ports and their sessions flap.
 	BFD *bird.BFD
+	// ExternalConfig, when set, gives node n's main configuration file,
+	// which something else writes before the node starts (Calico's confd:
+	// internal/lab/confdlab); the lab writes and checks none, and adds no
+	// kernel protocol of its own (KernelNode is ignored).
+	ExternalConfig func(n *Node) string
+	// ProtocolNames are the names a node's BIRD may give its session with
+	// the peer at addr; nil means rebound's (bird.ProtocolName).
+	ProtocolNames func(addr netip.Addr) []string
 }
 
 // Node is one BIRD node of the lab.
@@ -79,6 +87,8 @@ type Node struct {
 	MeshPath string       // the mesh include (Options.Include)
 	Socket   string
 	Kernel   bool
+
+	protocolNames func(netip.Addr) []string
 
 	mu     sync.Mutex
 	daemon *birdproc.Daemon
@@ -156,11 +166,19 @@ func New(opts Options) (*Lab, error) {
 			Config:   filepath.Join(opts.Dir, fmt.Sprintf("n%d.conf", i)),
 			MeshPath: filepath.Join(opts.Dir, fmt.Sprintf("n%d-mesh.conf", i)),
 			Socket:   filepath.Join(opts.Dir, fmt.Sprintf("n%d.ctl", i)),
-			Kernel:   l.netns && i == opts.KernelNode,
+			Kernel:   l.netns && i == opts.KernelNode && opts.ExternalConfig == nil,
+
+			protocolNames: opts.ProtocolNames,
+		}
+		if opts.ExternalConfig != nil {
+			n.Config = opts.ExternalConfig(n)
 		}
 		l.Nodes = append(l.Nodes, n)
 	}
 	for _, n := range l.Nodes {
+		if opts.ExternalConfig != nil {
+			break
+		}
 		if err := l.writeConfig(n); err != nil {
 			l.Close()
 			return nil, err
@@ -192,6 +210,9 @@ func (l *Lab) MeshConfig(n *Node, peers []bird.Peer) bird.MeshConfig {
 		BFD:                 l.opts.BFD,
 	}
 }
+
+// Bins are the BIRD binaries the lab runs.
+func (l *Lab) Bins() birdproc.Binaries { return l.opts.Bins }
 
 // Peers returns every node but except as mesh peers.
 func (l *Lab) Peers(except *Node) []bird.Peer {
@@ -369,17 +390,41 @@ func Established(ctx context.Context, n *Node, peers []*Node) (bool, string, err
 	if err != nil {
 		return false, "", err
 	}
-	by := map[string]bird.Protocol{}
-	for _, p := range protos {
-		by[p.Name] = p
-	}
 	var missing []string
 	for _, p := range peers {
-		if !by[bird.ProtocolName(p.Address)].Established() {
+		if _, ok := n.SessionWith(protos, p); !ok {
 			missing = append(missing, p.Name)
 		}
 	}
 	return len(missing) == 0, strings.Join(missing, ","), nil
+}
+
+// ProtocolNames are the names n's BIRD may give its session with the peer
+// at addr (Options.ProtocolNames).
+func (n *Node) ProtocolNames(addr netip.Addr) []string {
+	if n.protocolNames != nil {
+		return n.protocolNames(addr)
+	}
+	return []string{bird.ProtocolName(addr)}
+}
+
+// SessionWith finds, among n's protocols, its session with peer, and
+// reports whether it is Established.
+func (n *Node) SessionWith(protos []bird.Protocol, peer *Node) (bird.Protocol, bool) {
+	names := n.ProtocolNames(peer.Address)
+	var found bird.Protocol
+	for _, p := range protos {
+		for _, name := range names {
+			if p.Name != name {
+				continue
+			}
+			if p.Established() {
+				return p, true
+			}
+			found = p
+		}
+	}
+	return found, false
 }
 
 // Poll calls cond every interval until it returns true, ctx ends or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -43,7 +44,8 @@ type S4Options struct {
 	// temporary folder.
 	Dir string
 	// NetNS, when set, runs the lab in this network namespace (root) and
-	// measures B's kernel table instead of its BIRD table.
+	// measures B's kernel table instead of its BIRD table (unless
+	// ExternalConfig is set).
 	NetNS string
 	// NodeName names node i (birdlab.Options.NodeName).
 	NodeName func(i int) string
@@ -61,6 +63,13 @@ type S4Options struct {
 	GracefulRestartTime int
 	// BFD runs BFD in the lab (BIRD 2 only, see birdlab.Options.BFD).
 	BFD *bird.BFD
+	// Port, ExternalConfig and ProtocolNames are birdlab.Options': a
+	// lab whose BIRDs something else configures (Calico's confd) sets
+	// them, and the Starting hook writes the configurations. Such a lab
+	// has no kernel node of its own: S4 measures B's BIRD table.
+	Port           uint16
+	ExternalConfig func(n *birdlab.Node) string
+	ProtocolNames  func(addr netip.Addr) []string
 	// Freeze makes the dead nodes freeze (SIGSTOP, a power loss: their
 	// peers notice by BFD or hold timer) instead of dying with SIGKILL
 	// (their TCP sessions close at once). They are killed before B returns.
@@ -82,6 +91,8 @@ type S4Options struct {
 // S4Hooks let a caller add the parts RunS4 does not run itself (a sandbox,
 // the controller, agents) and checks. Each may be nil.
 type S4Hooks struct {
+	// Starting runs once the lab exists, before any BIRD starts.
+	Starting func(ctx context.Context, lab *birdlab.Lab) error
 	// Converged runs once every BIRD runs and the mesh has converged.
 	Converged func(ctx context.Context, lab *birdlab.Lab) error
 	// Killed runs right after the dead nodes' BIRDs died (or froze).
@@ -139,7 +150,7 @@ func RunS4(ctx context.Context, tl *Timeline, opts S4Options) (res S4Result, err
 	}
 	n := opts.Nodes
 	res = S4Result{Nodes: n, Dead: (n + 1) / 2, BirdVersion: opts.Bins.Banner, WaitSeconds: opts.GracefulRestartWait,
-		RouteOfB: -1, RoutesOnB: -1, KernelTable: opts.NetNS != "", Cap: opts.Cap}
+		RouteOfB: -1, RoutesOnB: -1, Cap: opts.Cap}
 	dir := opts.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "rb-s4"); err != nil {
@@ -150,6 +161,7 @@ func RunS4(ctx context.Context, tl *Timeline, opts S4Options) (res S4Result, err
 	lab, err := birdlab.New(birdlab.Options{
 		Bins: opts.Bins, Nodes: n, Net: opts.Net, Dir: dir, NetNS: opts.NetNS, KernelNode: 1, NodeName: opts.NodeName,
 		GracefulRestartTime: opts.GracefulRestartTime, GracefulRestartWait: opts.GracefulRestartWait, Include: true, BFD: opts.BFD,
+		Port: opts.Port, ExternalConfig: opts.ExternalConfig, ProtocolNames: opts.ProtocolNames,
 	})
 	if err != nil {
 		return res, err
@@ -159,6 +171,7 @@ func RunS4(ctx context.Context, tl *Timeline, opts S4Options) (res S4Result, err
 			err = cerr
 		}
 	}()
+	res.KernelTable = lab.Nodes[1].Kernel
 	r := &s4Run{opts: opts, tl: tl, lab: lab, b: lab.Nodes[1], dead: lab.Nodes[1 : 1+res.Dead]}
 	r.live = append([]*birdlab.Node{lab.Nodes[0]}, lab.Nodes[1+res.Dead:]...)
 	defer func() {
@@ -235,6 +248,11 @@ type s4Run struct {
 }
 
 func (r *s4Run) converge(ctx context.Context) error {
+	if h := r.opts.Hooks.Starting; h != nil {
+		if err := h(ctx, r.lab); err != nil {
+			return err
+		}
+	}
 	r.tl.Step("start BIRD on %d nodes (%s), full mesh with graceful restart (wait %d s)", len(r.lab.Nodes), r.opts.Bins.Banner, r.opts.GracefulRestartWait)
 	if err := r.lab.StartAll(ctx); err != nil {
 		return err
@@ -464,7 +482,7 @@ func (r *s4Run) bHasLiveRoutes(ctx context.Context) (bool, string) {
 	for _, n := range r.live {
 		var ok bool
 		var err error
-		if r.opts.NetNS != "" {
+		if r.b.Kernel {
 			ok, err = r.lab.KernelHasRoute(n.Route)
 		} else {
 			ok, err = birdlab.HasRoute(ctx, r.b, n.Route)
