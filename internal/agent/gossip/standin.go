@@ -41,7 +41,14 @@ func silentHost(addr netip.Addr) (netip.AddrPort, func(), error) {
 	if !addr.Is4() {
 		return netip.AddrPort{}, nil, fmt.Errorf("silentHost %s: IPv4 only", addr)
 	}
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	// SOCK_CLOEXEC is Linux's; ForkLock keeps a fork from inheriting the
+	// descriptor before CloseOnExec, on every Unix rebound is built for.
+	syscall.ForkLock.RLock()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return netip.AddrPort{}, nil, err
 	}

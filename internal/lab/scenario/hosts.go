@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -61,7 +60,14 @@ func ListenHost(node, address string) (*Host, error) {
 	if ip == nil || !ip.IsLoopback() {
 		return nil, fmt.Errorf("host of %s: %q is not an IPv4 loopback address (the lab listens on loopback only)", node, address)
 	}
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, syscall.IPPROTO_TCP)
+	// SOCK_CLOEXEC is Linux's; ForkLock keeps a fork from inheriting the
+	// descriptor before CloseOnExec (the lab starts processes).
+	syscall.ForkLock.RLock()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, syscall.IPPROTO_TCP)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return nil, fmt.Errorf("host of %s: socket: %w", node, err)
 	}
@@ -162,22 +168,23 @@ func (h *Host) Silence() error {
 	return fmt.Errorf("silence the host of %s: its accept queue still takes connections after %d dials", h.Node, 4*hostBacklog)
 }
 
-// queued is the length of the listener's accept queue (TCP_INFO's
-// unacked, for a listening socket).
+// queued is the length of the listener's accept queue (acceptQueueLen).
 func (h *Host) queued() (int, error) {
 	rc, err := h.l.SyscallConn()
 	if err != nil {
 		return 0, err
 	}
-	var info *unix.TCPInfo
-	var serr error
-	if err := rc.Control(func(fd uintptr) { info, serr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil {
+	var (
+		n    int
+		qerr error
+	)
+	if err := rc.Control(func(fd uintptr) { n, qerr = acceptQueueLen(fd) }); err != nil {
 		return 0, err
 	}
-	if serr != nil {
-		return 0, fmt.Errorf("host of %s: TCP_INFO: %w", h.Node, serr)
+	if qerr != nil {
+		return 0, fmt.Errorf("host of %s: %w", h.Node, qerr)
 	}
-	return int(info.Unacked), nil
+	return n, nil
 }
 
 // Revive makes a silenced host answer again. It returns once the
