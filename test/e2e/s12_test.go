@@ -344,8 +344,9 @@ func waitLeaseHeld(ctx context.Context, t *testing.T, c *sandbox.Cluster) {
 // TestS12TaintClearedWithoutController: rebound's taint fails open. Five
 // nodes with gossiping agents (deploy/gossip's identity, a token bound to
 // each node) and `rebound controller --lease-plane`. node-3 dies outright
-// (its Lease stops, its agent is killed) and the controller marks it
-// rebound.dev/unreachable:NoSchedule; then the controller stops, as a
+// (its Lease stops, its host goes silent, its agent is killed) and the
+// controller marks it rebound.dev/unreachable:NoSchedule; then the
+// controller stops, as a
 // Deployment scaled to 0 does. node-3 returns: its agent starts again and
 // its Lease renews. With no controller to take the mark off, node-3's own
 // agent does, once the taint has outlived a renewal by its default
@@ -362,6 +363,9 @@ func TestS12TaintClearedWithoutController(t *testing.T) {
 	waitGossipReports(ctx, t, c, agents)
 	must(t, scenario.WaitEarlyJudgement(ctx, ctrl.log, time.Minute))
 
+	// A host death: its kubelet port drops packets, its agent is gone
+	// (a member killed while its host answers is no Dead vote).
+	must(t, agents[s13Victim].Host.Silence())
 	must(t, agents[s13Victim].Kill())
 	must(t, c.StopNode(ctx, s13Victim))
 	poll(ctx, t, time.Minute, s13Victim+" marked "+scenario.UnreachableTaint, func() (bool, string) {
@@ -378,6 +382,7 @@ func TestS12TaintClearedWithoutController(t *testing.T) {
 	must(t, err)
 	stale := lease.Spec.RenewTime.Time
 	cleared := watchTaintCleared(ctx, t, c, s13Victim)
+	must(t, agents[s13Victim].Host.Revive())
 	must(t, agents[s13Victim].Restart())
 	must(t, c.StartNode(ctx, s13Victim))
 	var renewed time.Time
