@@ -5,7 +5,7 @@ GO ?= go
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: fuzz all build deps test unit e2e vet sandbox demo bench clean image chart release sizes
+.PHONY: fuzz all build deps test unit e2e vet sandbox demo bench clean image chart release sizes test-versions
 
 all: build
 
@@ -80,6 +80,13 @@ test: deps vet sandbox
 
 # Every Go native fuzz test for a short time on top of its seed corpus
 # (which plain `go test` replays); `make fuzz FUZZTIME=5m` digs deeper.
+# The control-plane scenarios, admission and install on each older supported
+# Kubernetes release (make test covers the newest); not part of make test,
+# for CI's time. VERSIONS="1.35 1.36 1.37" adds the newest to the table.
+test-versions: deps
+	VERSIONS="$(VERSIONS)" bash hack/test-versions.sh
+VERSIONS ?= 1.35 1.36
+
 FUZZTIME ?= 5s
 fuzz:
 	FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh ./api/... ./internal/... ./pkg/...

@@ -46,18 +46,27 @@ and kwok playing the kubelets of N fake nodes. No container engine is needed.
 }
 
 func newSandboxBuildCommand() *cobra.Command {
-	var src, confdSrc string
+	var src, confdSrc, kube string
 	cmd := &cobra.Command{
 		Use:   "build",
 		Short: "Build the control-plane binaries at their pinned versions (once per version)",
 		Long: `Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 from the versions pinned in the sandbox/ module, into the user cache directory.
-The first build takes about 5 minutes on 2 cores; afterwards this returns at once.
+The first build takes about ` + sandbox.ColdBuildTime + ` on 2 cores with empty Go caches;
+afterwards this returns at once.
+
+Every supported Kubernetes release builds (the newest patch of each that its
+module pins), each cached on its own:
+
+  rebound sandbox build                      # the newest supported release
+  rebound sandbox build --kubernetes 1.35    # an older one
+  REBOUND_KUBERNETES=1.35 go test ./test/e2e # tests, bench and demo on it
+
 With --confd-source it also builds Calico's confd from that folder (the tests that
 run Calico's own renderer need it), into the same cache, once per version.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := sandbox.EnsureBinaries(cmd.Context(), sandbox.BuildOptions{SourceDir: src, Progress: cmd.ErrOrStderr()})
+			b, err := sandbox.EnsureBinaries(cmd.Context(), sandbox.BuildOptions{SourceDir: src, Kubernetes: kube, Progress: cmd.ErrOrStderr()})
 			if err != nil {
 				return err
 			}
@@ -74,6 +83,7 @@ run Calico's own renderer need it), into the same cache, once per version.`,
 		},
 	}
 	cmd.Flags().StringVar(&src, "source", "", "the sandbox module folder (default: found above the working directory)")
+	cmd.Flags().StringVar(&kube, "kubernetes", "", "the Kubernetes release to build, as 1.MINOR (default: $"+sandbox.KubernetesEnv+", else the newest supported)")
 	cmd.Flags().StringVar(&confdSrc, "confd-source", "", "also build Calico's confd from this folder (its own module, e.g. "+sandbox.ConfdSourceDefault+")")
 	return cmd
 }
@@ -85,6 +95,7 @@ func newSandboxUpCommand() *cobra.Command {
 		zones       int
 		podsPerNode int
 		fast        bool
+		kube        string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -92,7 +103,7 @@ func newSandboxUpCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Progress: cmd.ErrOrStderr()})
+			bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Kubernetes: kube, Progress: cmd.ErrOrStderr()})
 			if err != nil {
 				return err
 			}
@@ -126,6 +137,7 @@ func newSandboxUpCommand() *cobra.Command {
 	cmd.Flags().IntVar(&nodes, "nodes", 5, fmt.Sprintf("number of fake nodes (node-0 … node-N-1), 1 to %d", sandbox.MaxNodes))
 	cmd.Flags().IntVar(&zones, "zones", 1, "spread the nodes evenly over this many zones (zone-a, zone-b, …)")
 	cmd.Flags().IntVar(&podsPerNode, "pods-per-node", 0, "also run a workload of about this many pods per node: a DaemonSet and Deployments of 64 replicas, every 10th critical (e.g. --nodes 1000 --zones 3 --pods-per-node 20 for 20,000 pods)")
+	cmd.Flags().StringVar(&kube, "kubernetes", "", "the Kubernetes release to run, as 1.MINOR (default: $"+sandbox.KubernetesEnv+", else the newest supported; built on first use)")
 	cmd.Flags().BoolVar(&fast, "fast", false, "use the shortened timings of the tests (grace 12s, tolerations 20s) instead of upstream's defaults")
 	return cmd
 }

@@ -36,6 +36,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: cannot get the sandbox binaries:", err)
 		os.Exit(1)
 	}
+	// hack/test-versions.sh reads this line to label its table.
+	fmt.Fprintf(os.Stderr, "e2e: sandbox Kubernetes %s (%s)\n", binaries.Kubernetes, binaries.Dir)
 	if reboundBinary, err = buildRebound(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)

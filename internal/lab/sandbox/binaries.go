@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -23,6 +26,9 @@ type Binaries struct {
 	ControllerManager string
 	Scheduler         string
 	Kwok              string
+	// Kubernetes is the release they were built at (e.g. v1.36.3); empty
+	// for binaries from $REBOUND_SANDBOX_BIN, whose release is unknown.
+	Kubernetes string
 }
 
 // BinDirEnv names a directory of prebuilt binaries that replaces the build.
@@ -65,7 +71,27 @@ type BuildOptions struct {
 	CacheDir string
 	// Progress receives one line per step; nil discards it.
 	Progress io.Writer
+	// Kubernetes is the minor release to build, "1.35" or "v1.36" (the
+	// patch is the one its module pins). Empty: $REBOUND_KUBERNETES, else
+	// the release the sandbox module itself pins (the newest supported).
+	Kubernetes string
 }
+
+// KubernetesEnv picks the Kubernetes release of every sandbox this process
+// starts (tests, bench, demo) when BuildOptions.Kubernetes is empty, so
+// `make test-versions` runs the same tests on each supported release.
+const KubernetesEnv = "REBOUND_KUBERNETES"
+
+// releasesDir holds one module per older supported release, each pinning
+// k8s.io/kubernetes and its staging modules at that release's newest patch
+// the module proxy serves. etcd and kwok are the sandbox module's own for
+// every release: both speak stable APIs that every supported release uses.
+const releasesDir = "kubernetes"
+
+// ColdBuildTime is how long the first build took, measured on a 2-core
+// machine with empty Go caches (modules downloaded included), so that a
+// person knows what to expect before it starts.
+const ColdBuildTime = "12 minutes"
 
 // EnsureBinaries returns the control-plane binaries for the pinned versions,
 // building them first if this machine has not built that set yet.
@@ -81,7 +107,11 @@ func EnsureBinaries(ctx context.Context, opts BuildOptions) (Binaries, error) {
 	if err != nil {
 		return Binaries{}, err
 	}
-	pins, err := readPins(ctx, src)
+	want := opts.Kubernetes
+	if want == "" {
+		want = os.Getenv(KubernetesEnv)
+	}
+	pins, err := readPins(ctx, src, want)
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -99,6 +129,7 @@ func EnsureBinaries(ctx context.Context, opts BuildOptions) (Binaries, error) {
 		out = io.Discard
 	}
 	b := binariesIn(dir)
+	b.Kubernetes = pins.kubernetes
 	if len(b.missing()) == 0 {
 		linkBinDir(src, dir)
 		return b, nil
@@ -114,27 +145,47 @@ func EnsureBinaries(ctx context.Context, opts BuildOptions) (Binaries, error) {
 // derived from them.
 type pins struct {
 	kubernetes string // e.g. v1.37.2
+	kubeDir    string // the module that pins it: src, or src/kubernetes/v1.MINOR
 	kwok       string // e.g. v0.8.0
 	goVersion  string
 	key        string
 }
 
-func readPins(ctx context.Context, src string) (pins, error) {
+func readPins(ctx context.Context, src, want string) (pins, error) {
 	var p pins
 	kv, err := os.ReadFile(filepath.Join(src, "kwok.version"))
 	if err != nil {
 		return p, fmt.Errorf("sandbox module %s: %w", src, err)
 	}
 	p.kwok = strings.TrimSpace(string(kv))
-	if p.kubernetes, err = goCmdOutput(ctx, src, "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes"); err != nil {
+	newest, err := goCmdOutput(ctx, src, "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes")
+	if err != nil {
 		return p, err
+	}
+	if p.kubeDir, err = releaseModule(src, newest, want); err != nil {
+		return p, err
+	}
+	p.kubernetes = newest
+	if p.kubeDir != src {
+		if p.kubernetes, err = goCmdOutput(ctx, p.kubeDir, "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes"); err != nil {
+			return p, err
+		}
+	}
+	if w := strings.TrimPrefix(want, "v"); strings.Count(w, ".") == 2 && "v"+w != p.kubernetes {
+		return p, fmt.Errorf("Kubernetes %s: the sandbox pins %s for that release; ask for %s, or change the pin in %s and run go mod tidy there",
+			want, p.kubernetes, strings.TrimPrefix(minorOf(p.kubernetes), "v"), filepath.Join(p.kubeDir, "go.mod"))
 	}
 	if p.goVersion, err = goCmdOutput(ctx, src, "env", "GOVERSION"); err != nil {
 		return p, err
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "kubernetes=%s kwok=%s go=%s\n", p.kubernetes, p.kwok, p.goVersion)
-	for _, f := range []string{"go.mod", "go.sum", "cmd/etcd/main.go"} {
+	files := []string{"go.mod", "go.sum", "cmd/etcd/main.go"}
+	if p.kubeDir != src {
+		rel, _ := filepath.Rel(src, p.kubeDir)
+		files = append(files, filepath.Join(rel, "go.mod"), filepath.Join(rel, "go.sum"))
+	}
+	for _, f := range files {
 		data, err := os.ReadFile(filepath.Join(src, f))
 		if err != nil {
 			return p, fmt.Errorf("sandbox module %s: %w", src, err)
@@ -143,6 +194,72 @@ func readPins(ctx context.Context, src string) (pins, error) {
 	}
 	p.key = fmt.Sprintf("k8s-%s_kwok-%s_%s", p.kubernetes, p.kwok, hex.EncodeToString(h.Sum(nil))[:12])
 	return p, nil
+}
+
+// releaseModule returns the module that pins the Kubernetes release want
+// ("1.36", "v1.36" or "v1.36.3"): the sandbox module itself for the newest
+// release, else its folder under kubernetes/.
+func releaseModule(src, newest, want string) (string, error) {
+	if want == "" {
+		return src, nil
+	}
+	minor, ok := parseMinor(want)
+	if !ok {
+		return "", fmt.Errorf("Kubernetes %q: not a release; give one as 1.MINOR, e.g. %s", want, strings.TrimPrefix(minorOf(newest), "v"))
+	}
+	if minor == minorOf(newest) {
+		return src, nil
+	}
+	dir := filepath.Join(src, releasesDir, minor)
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		return "", fmt.Errorf("Kubernetes %s: not a supported release; the sandbox builds %s", want, strings.Join(Releases(src, newest), ", "))
+	}
+	return dir, nil
+}
+
+// Releases lists the Kubernetes releases the sandbox module at src can
+// build, oldest first, as 1.MINOR; newest is the one the module pins.
+func Releases(src, newest string) []string {
+	var out []string
+	entries, _ := os.ReadDir(filepath.Join(src, releasesDir))
+	for _, e := range entries {
+		if m, ok := parseMinor(e.Name()); ok && e.IsDir() && m != minorOf(newest) {
+			out = append(out, strings.TrimPrefix(m, "v"))
+		}
+	}
+	if m, ok := parseMinor(newest); ok {
+		out = append(out, strings.TrimPrefix(m, "v"))
+	}
+	slices.SortFunc(out, func(a, b string) int { return cmp.Compare(minorNumber(a), minorNumber(b)) })
+	return out
+}
+
+// parseMinor turns "1.36", "v1.36" or "v1.36.3" into "v1.36".
+func parseMinor(v string) (string, bool) {
+	parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] != "1" {
+		return "", false
+	}
+	for _, p := range parts {
+		if _, err := strconv.Atoi(p); err != nil {
+			return "", false
+		}
+	}
+	return "v1." + parts[1], true
+}
+
+func minorOf(v string) string {
+	m, _ := parseMinor(v)
+	return m
+}
+
+func minorNumber(v string) int {
+	parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
+	if len(parts) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(parts[1])
+	return n
 }
 
 func build(ctx context.Context, src, dir string, p pins, out io.Writer) error {
@@ -169,24 +286,25 @@ func build(ctx context.Context, src, dir string, p pins, out io.Writer) error {
 	}
 	steps := []struct {
 		name string
+		dir  string
 		args []string
 		env  []string
 	}{
-		{"etcd", []string{"build", "-trimpath", "-o", tmp + "/", "./cmd/etcd"}, nil},
-		{"kube-apiserver", []string{"build", "-trimpath", "-ldflags", strings.Join(ldflags, " "), "-o", tmp + "/", "k8s.io/kubernetes/cmd/kube-apiserver"}, nil},
-		{"kube-controller-manager", []string{"build", "-trimpath", "-ldflags", strings.Join(ldflags, " "), "-o", tmp + "/", "k8s.io/kubernetes/cmd/kube-controller-manager"}, nil},
-		{"kube-scheduler", []string{"build", "-trimpath", "-ldflags", strings.Join(ldflags, " "), "-o", tmp + "/", "k8s.io/kubernetes/cmd/kube-scheduler"}, nil},
+		{"etcd", src, []string{"build", "-trimpath", "-o", tmp + "/", "./cmd/etcd"}, nil},
+		{"kube-apiserver", p.kubeDir, []string{"build", "-trimpath", "-ldflags", strings.Join(ldflags, " "), "-o", tmp + "/", "k8s.io/kubernetes/cmd/kube-apiserver"}, nil},
+		{"kube-controller-manager", p.kubeDir, []string{"build", "-trimpath", "-ldflags", strings.Join(ldflags, " "), "-o", tmp + "/", "k8s.io/kubernetes/cmd/kube-controller-manager"}, nil},
+		{"kube-scheduler", p.kubeDir, []string{"build", "-trimpath", "-ldflags", strings.Join(ldflags, " "), "-o", tmp + "/", "k8s.io/kubernetes/cmd/kube-scheduler"}, nil},
 		// kwok has its own dependency graph (older k8s.io modules), so it
 		// is installed from its module rather than built in this one.
-		{"kwok", []string{"install", "-trimpath", "sigs.k8s.io/kwok/cmd/kwok@" + p.kwok}, []string{"GOBIN=" + tmp}},
+		{"kwok", src, []string{"install", "-trimpath", "sigs.k8s.io/kwok/cmd/kwok@" + p.kwok}, []string{"GOBIN=" + tmp}},
 	}
 	fmt.Fprintf(out, "Building the sandbox control plane (Kubernetes %s, kwok %s) into %s.\n", p.kubernetes, p.kwok, dir)
-	fmt.Fprintf(out, "The first build takes about 5 minutes on 2 cores; later ones reuse it.\n")
+	fmt.Fprintf(out, "The first build takes about %s on 2 cores (modules included); later ones reuse it.\n", ColdBuildTime)
 	start := time.Now()
 	for i, s := range steps {
 		t0 := time.Now()
 		fmt.Fprintf(out, "[%d/%d] %s ...\n", i+1, len(steps), s.name)
-		if err := runGo(ctx, src, s.args, s.env, out, s.name, t0); err != nil {
+		if err := runGo(ctx, s.dir, s.args, s.env, out, s.name, t0); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "[%d/%d] %s built in %s\n", i+1, len(steps), s.name, time.Since(t0).Round(time.Second))

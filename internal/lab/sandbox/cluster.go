@@ -58,6 +58,8 @@ type Cluster struct {
 	// every node is in (see zone.ZoneKey).
 	ZoneKey string
 	Timings Timings
+	// Kubernetes is the release the apiserver reports (e.g. v1.36.3).
+	Kubernetes string
 
 	Config *rest.Config
 	Client kubernetes.Interface
@@ -125,6 +127,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.readVersion(opts.Binaries); err != nil {
+		return nil, err
+	}
 	if opts.restore != nil {
 		if err := c.setRestoredHeartbeats(ctx, opts.restore); err != nil {
 			return nil, err
@@ -157,6 +162,21 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	started = true
 	return c, nil
+}
+
+// readVersion records the release the apiserver reports and checks it is
+// the one its binaries were built as, so a run on an older release (make
+// test-versions) cannot silently run on the default one.
+func (c *Cluster) readVersion(b Binaries) error {
+	v, err := c.Client.Discovery().ServerVersion()
+	if err != nil {
+		return fmt.Errorf("sandbox: read the apiserver's version: %w", err)
+	}
+	c.Kubernetes = v.GitVersion
+	if b.Kubernetes != "" && v.GitVersion != b.Kubernetes {
+		return fmt.Errorf("sandbox: the apiserver in %s reports Kubernetes %s, but it was built as %s: remove that folder and build again", b.Dir, v.GitVersion, b.Kubernetes)
+	}
+	return nil
 }
 
 func (c *Cluster) run(ctx context.Context, opts Options, name, bin string, args []string, timeout time.Duration, probe func(context.Context) error) error {

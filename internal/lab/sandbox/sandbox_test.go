@@ -5,6 +5,7 @@ import (
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,4 +165,95 @@ func TestEnsureBinariesErrors(t *testing.T) {
 			t.Fatalf("findSourceDir = %s, not the sandbox module", dir)
 		}
 	})
+}
+
+func TestReleaseModule(t *testing.T) {
+	src := t.TempDir()
+	for _, r := range []string{"v1.35", "v1.36", "notes"} {
+		if err := os.MkdirAll(filepath.Join(src, releasesDir, r), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range []string{"v1.35", "v1.36"} {
+		if err := os.WriteFile(filepath.Join(src, releasesDir, r, "go.mod"), []byte("module x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const newest = "v1.37.2"
+	if got, want := Releases(src, newest), []string{"1.35", "1.36", "1.37"}; !slices.Equal(got, want) {
+		t.Errorf("Releases = %v, want %v", got, want)
+	}
+	for _, tc := range []struct {
+		want    string
+		dir     string // relative to src; "" means src itself
+		errWith string
+	}{
+		{want: ""},
+		{want: "1.37"},
+		{want: "v1.37.2"},
+		{want: "1.35", dir: "kubernetes/v1.35"},
+		{want: "v1.36", dir: "kubernetes/v1.36"},
+		{want: "1.36.3", dir: "kubernetes/v1.36"},
+		{want: "1.34", errWith: "not a supported release; the sandbox builds 1.35, 1.36, 1.37"},
+		{want: "1.38", errWith: "not a supported release"},
+		{want: "2.0", errWith: "not a release; give one as 1.MINOR, e.g. 1.37"},
+		{want: "1", errWith: "not a release"},
+		{want: "1.x", errWith: "not a release"},
+		{want: "1.36.3.1", errWith: "not a release"},
+		{want: "latest", errWith: "not a release"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			dir, err := releaseModule(src, newest, tc.want)
+			if tc.errWith != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errWith) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.errWith)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := filepath.Join(src, tc.dir); dir != want {
+				t.Errorf("module = %s, want %s", dir, want)
+			}
+		})
+	}
+}
+
+// TestReleaseModulesPinTheirRelease: each folder under kubernetes/ pins
+// k8s.io/kubernetes and every staging module at the release its name
+// says, so a build of 1.35 cannot quietly mix in another release's code.
+func TestReleaseModulesPinTheirRelease(t *testing.T) {
+	src, err := findSourceDir("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(filepath.Join(src, releasesDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) == 0 {
+		t.Fatalf("no release modules in %s", filepath.Join(src, releasesDir))
+	}
+	for _, e := range entries {
+		minor, ok := parseMinor(e.Name())
+		if !ok {
+			t.Errorf("%s: not a release folder (want v1.MINOR)", e.Name())
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(src, releasesDir, e.Name(), "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		staging := "v0." + strings.TrimPrefix(minor, "v1.") + "."
+		for line := range strings.SplitSeq(string(data), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) >= 2 && f[0] == "k8s.io/kubernetes" && !strings.HasPrefix(f[1], minor+"."):
+				t.Errorf("%s/go.mod requires k8s.io/kubernetes %s", e.Name(), f[1])
+			case len(f) == 4 && f[1] == "=>" && strings.HasPrefix(f[0], "k8s.io/") && !strings.HasPrefix(f[3], staging):
+				t.Errorf("%s/go.mod replaces %s with %s, want %sx", e.Name(), f[0], f[3], staging)
+			}
+		}
+	}
 }

@@ -40,6 +40,7 @@ func ConfdConfig(dir string) func(n *birdlab.Node) string {
 // Confds are one confd per BIRD node of a lab on a sandbox, configured
 // only from the sandbox's Calico objects.
 type Confds struct {
+	c    *sandbox.Cluster
 	opts ConfdOptions
 	lab  *birdlab.Lab
 
@@ -47,41 +48,57 @@ type Confds struct {
 	byNode map[string]*confdlab.Confd
 }
 
-// StartConfds gives every node of the lab its Calico objects (Node
-// annotations, block affinity; confdlab.CreateNode) and starts its confd,
-// rendering into ConfdConfig(opts.Dir) and reloading the node's BIRD. The
-// cluster-wide objects (confdlab.CreateCluster) come first. The lab's Nodes
-// must be the sandbox's. On an error the confds started are stopped.
+// StartConfds gives every node of the lab its Calico objects and its
+// confd (Confds.Start). The cluster-wide objects (confdlab.CreateCluster)
+// come first. The lab's Nodes must be the sandbox's. On an error the
+// confds started are stopped.
 func StartConfds(ctx context.Context, c *sandbox.Cluster, lab *birdlab.Lab, opts ConfdOptions) (*Confds, error) {
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return nil, err
-	}
-	cs := &Confds{opts: opts, lab: lab, byNode: map[string]*confdlab.Confd{}}
+	cs := NewConfds(c, lab, opts)
 	for _, n := range lab.Nodes {
-		if err := AnnotateBGP(ctx, c.Client, n, nil); err != nil {
+		if err := cs.Start(ctx, n); err != nil {
 			return nil, errors.Join(err, cs.Stop())
 		}
-		if err := confdlab.CreateNode(ctx, c.Client, dyn, confdlab.NodeOptions{
-			API: opts.API, Name: n.Name, Address: n.Address, AS: lab.MeshConfig(n, nil).AS, Block: n.Route,
-		}); err != nil {
-			return nil, errors.Join(err, cs.Stop())
-		}
-		d, err := confdlab.Start(confdlab.Options{
-			Binary: opts.Binary, Source: opts.Source, Dir: filepath.Dir(ConfdConfig(opts.Dir)(n)),
-			// The admin kubeconfig: calico-node's own RBAC is Calico's,
-			// not what this lab checks.
-			Kubeconfig: c.Kubeconfig, NodeName: n.Name,
-			Bins: lab.Bins(), Socket: n.Socket,
-		})
-		if err != nil {
-			return nil, errors.Join(err, cs.Stop())
-		}
-		cs.mu.Lock()
-		cs.byNode[n.Name] = d
-		cs.mu.Unlock()
 	}
 	return cs, nil
+}
+
+// NewConfds prepares confds for the lab's nodes without starting any: a
+// node whose Node joins later gets its own with Start once it has.
+func NewConfds(c *sandbox.Cluster, lab *birdlab.Lab, opts ConfdOptions) *Confds {
+	return &Confds{c: c, opts: opts, lab: lab, byNode: map[string]*confdlab.Confd{}}
+}
+
+// Start does for node n what calico-node does when it starts there: it
+// annotates n's Node with its BGP address and AS, gives it its block
+// (confdlab.CreateNode), and starts its confd, rendering into
+// ConfdConfig(opts.Dir) and reloading n's BIRD.
+func (cs *Confds) Start(ctx context.Context, n *birdlab.Node) error {
+	dyn, err := dynamic.NewForConfig(cs.c.Config)
+	if err != nil {
+		return err
+	}
+	if err := AnnotateBGP(ctx, cs.c.Client, n, nil); err != nil {
+		return err
+	}
+	if err := confdlab.CreateNode(ctx, cs.c.Client, dyn, confdlab.NodeOptions{
+		API: cs.opts.API, Name: n.Name, Address: n.Address, AS: cs.lab.MeshConfig(n, nil).AS, Block: n.Route,
+	}); err != nil {
+		return err
+	}
+	d, err := confdlab.Start(confdlab.Options{
+		Binary: cs.opts.Binary, Source: cs.opts.Source, Dir: filepath.Dir(ConfdConfig(cs.opts.Dir)(n)),
+		// The admin kubeconfig: calico-node's own RBAC is Calico's,
+		// not what this lab checks.
+		Kubeconfig: cs.c.Kubeconfig, NodeName: n.Name,
+		Bins: cs.lab.Bins(), Socket: n.Socket,
+	})
+	if err != nil {
+		return err
+	}
+	cs.mu.Lock()
+	cs.byNode[n.Name] = d
+	cs.mu.Unlock()
+	return nil
 }
 
 // Of returns node n's confd.

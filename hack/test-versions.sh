@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# make test-versions: the e2e scenarios whose behaviour depends on the
+# control plane, run on each older supported Kubernetes release (the newest
+# runs them in `make test`), and a table of their figures per release.
+#
+#   VERSIONS="1.35 1.36" bash hack/test-versions.sh    # the default
+#   VERSIONS="1.35 1.36 1.37" bash hack/test-versions.sh
+#
+# Each release's sandbox is built on first use (about 12 minutes cold on 2
+# cores, then cached). Logs and the table go to $OUT (default
+# _output/test-versions); the table is also printed. Exits non-zero when
+# any release fails a test, after running them all.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+VERSIONS=${VERSIONS:-1.35 1.36}
+OUT=${OUT:-_output/test-versions}
+PARALLEL=${E2E_PARALLEL:-4}
+# S1, S3, S7, S13 and the stall's edges (S15): the scenarios that hinge on
+# kube-controller-manager's node lifecycle and eviction; the admission
+# policies and credentials (S8, the controller's policy, the CRD's field
+# errors); and the install paths (chart, manifests).
+TESTS='^(TestS1WithoutAndWithRebound|TestS3WithoutAndWithRebound|TestS7ControlPlanePartition|TestS7NoTarget|TestS7ControlPlanePartitionPeering|TestS13FastDetection|TestS13Series|TestS15StallEdges|TestS15RealDeathAfterStall|TestControllerAdmissionPolicy|TestS8AgentCredentialConfined|TestS8RejoinCredentialConfined|TestS8GossipCredentialConfined|TestRecoveryPolicyRejectedWithFieldName|TestHelmChartInstall|TestDeployManifestsServerSideApply)$'
+TESTS=${TESTS_OVERRIDE:-$TESTS}
+
+mkdir -p "$OUT"
+status=0
+for v in $VERSIONS; do
+  echo "== Kubernetes $v: sandbox build"
+  if ! $GO run ./cmd/rebound sandbox build --kubernetes "$v"; then
+    echo "== Kubernetes $v: build failed"; status=1; continue
+  fi
+  echo "== Kubernetes $v: e2e ($OUT/$v.log)"
+  start=$(date +%s)
+  REBOUND_KUBERNETES=$v $GO test -count=1 -v -json -timeout 40m -parallel "$PARALLEL" -run "$TESTS" ./test/e2e \
+    | $GO run ./hack/testsummary > "$OUT/$v.log" 2>&1
+  rc=$?
+  echo "== Kubernetes $v: exit $rc in $(( $(date +%s) - start )) s"
+  [ "$rc" -eq 0 ] || status=1
+done
+
+# The table: one row per test (its result) and per METRIC, one column per
+# release, from the logs just written.
+table="$OUT/table.md"
+awk -v versions="$VERSIONS" '
+  BEGIN { n = split(versions, vs, " ") }
+  FNR == 1 { file = FILENAME; sub(/.*\//, "", file); sub(/\.log$/, "", file) }
+  /^e2e: sandbox Kubernetes / { release[file] = $4 }
+  /^--- (PASS|FAIL|SKIP): Test[^\/ ]* / { name = $3; if (!(name in seen)) { seen[name] = 1; order[++rows] = name }
+      cell[name, file] = $2 " " $4 }
+  /^METRIC / { split($2, kv, "="); name = kv[1]; if (!(name in seen)) { seen[name] = 1; order[++rows] = name }
+      cell[name, file] = kv[2] " " $3 }
+  END {
+    printf "| | "; for (i = 1; i <= n; i++) printf "%s | ", (vs[i] in release ? release[vs[i]] : vs[i]); print ""
+    printf "|---|"; for (i = 1; i <= n; i++) printf "---|"; print ""
+    for (r = 1; r <= rows; r++) { printf "| %s | ", order[r]; for (i = 1; i <= n; i++) printf "%s | ", ((order[r], vs[i]) in cell ? cell[order[r], vs[i]] : "–"); print "" }
+  }' $(for v in $VERSIONS; do echo "$OUT/$v.log"; done) > "$table"
+cat "$table"
+exit $status

@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"rebound/internal/controller"
+	"rebound/internal/lab/birdlab"
+	"rebound/internal/lab/confdlab"
+	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/scale"
+	"rebound/internal/lab/scenario"
+	"rebound/internal/testing/birdtest"
+	"rebound/pkg/peering"
+	"rebound/pkg/peering/bird"
+	"rebound/pkg/peering/calico"
+)
+
+// TestS12ControllerDownConfd is TestS12ControllerDown on Calico's own
+// renderer: with the controller stopped, a node that joins is in every
+// other node's bird.cfg as confd renders it. rebound's BGPPeer selects the
+// nodes not labelled out (calico.InSetSelector), so a node no controller
+// has labelled is in; what confd does with that is what this checks, on
+// the real controller binary and Calico v3.32.1's confd. No BIRD runs:
+// confd's check_cmd (`bird -p`) still parses every file it renders.
+func TestS12ControllerDownConfd(t *testing.T) {
+	bins := birdtest.Require(t, bird.Bird16)
+	crds := requirePublishedCalicoCRDs(t)
+	confd, src := requireConfd(t)
+	t.Parallel()
+	c := startSandbox(t, 3, sandbox.FastTimings())
+	ctx := testContext(t, 5*time.Minute)
+	must(t, confdlab.InstallCRDs(ctx, c.Config, crds, confdlab.V1))
+	dyn, err := dynamic.NewForConfig(c.Config)
+	must(t, err)
+	must(t, confdlab.CreateCluster(ctx, dyn, confdlab.ClusterOptions{API: confdlab.V1, Mesh: true, Pool: scenario.S4CalicoPool}))
+
+	// Four lab nodes: the sandbox's three and the one that joins later
+	// (sandbox.NodeName(3)), which gets its Calico objects and confd only
+	// once its Node exists, as calico-node starts on a new node.
+	dir := shortDir(t)
+	lab, err := birdlab.New(birdlab.Options{
+		Bins: bins, Nodes: 4, Net: 53, Dir: dir,
+		NodeName:       sandbox.NodeName,
+		ExternalConfig: scenario.ConfdConfig(dir), ProtocolNames: confdlab.ProtocolNames,
+	})
+	must(t, err)
+	t.Cleanup(func() { _ = lab.Close() })
+	first, joiner := lab.Nodes[:3], lab.Nodes[3]
+	for i, n := range first {
+		if n.Name != c.NodeNames[i] {
+			t.Fatalf("lab node %d is %s, the sandbox's is %s", i, n.Name, c.NodeNames[i])
+		}
+	}
+	cs := scenario.NewConfds(c, lab, scenario.ConfdOptions{Binary: confd, Source: src, API: confdlab.V1, Dir: dir})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("rendered files:\n%s", cs.RenderedFiles())
+		}
+		_ = cs.Stop()
+	})
+	for _, n := range first {
+		must(t, cs.Start(ctx, n))
+	}
+
+	// rebound's controller publishes its BGPPeer; the mesh goes off as
+	// docs/peering-calico.md says.
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controller.DefaultPeeringNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	applyDeployBases(ctx, t, newClient(t, c))
+	ctrl, err := scale.StartControllerAs(c, c.Kubeconfig, reboundBinary, "rebound-controller-s12-confd", scenario.S4ControllerArgs()...)
+	must(t, err)
+	t.Cleanup(func() {
+		ctrl.Signal(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("rebound controller log %s:\n%s", ctrl.Log, tail(ctrl.Log, 40))
+		}
+	})
+	must(t, ctrl.WaitReady(ctx, time.Minute))
+	for _, n := range first {
+		waitInSet(ctx, t, c, n.Name, true, time.Minute)
+	}
+	poll(ctx, t, time.Minute, "rebound's BGPPeer in "+calico.APIGroupV1, func() (bool, string) {
+		_, err := dyn.Resource(confdlab.V1.GVR("bgppeers")).Get(ctx, calico.DefaultPeerName, metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	must(t, confdlab.SetMesh(ctx, dyn, confdlab.V1, false))
+	renderedBy := func(n *birdlab.Node, peers []*birdlab.Node) {
+		t.Helper()
+		must(t, cs.WaitPeers(ctx, n, peers, time.Minute))
+		cfg := cs.Of(n).Rendered()
+		if strings.Contains(cfg, "protocol bgp Mesh_") {
+			t.Errorf("%s's bird.cfg still has Calico's mesh with the mesh off", n.Name)
+		}
+		for _, p := range peers {
+			if !strings.Contains(cfg, "protocol bgp "+confdlab.ProtocolNames(p.Address)[1]+" ") {
+				t.Errorf("%s's bird.cfg has no session with %s from rebound's BGPPeer (%s)", n.Name, p.Name, confdlab.ProtocolNames(p.Address)[1])
+			}
+		}
+	}
+	for _, n := range first {
+		renderedBy(n, birdlab.Others(first, n))
+	}
+
+	// The controller goes away, and stays away.
+	ctrl.Signal(syscall.SIGTERM)
+	if !ctrl.Exited() {
+		t.Fatal("the controller has not exited after SIGTERM")
+	}
+
+	// A node joins: calico-node starts there (its annotations, its block,
+	// its confd); no one labels it.
+	joined, err := scenario.AddNode(ctx, c, 3, time.Minute)
+	must(t, err)
+	if joined.Name != joiner.Name {
+		t.Fatalf("the node that joined is %s, the lab's fourth is %s", joined.Name, joiner.Name)
+	}
+	joinedAt := time.Now()
+	must(t, cs.Start(ctx, joiner))
+	for _, n := range first {
+		renderedBy(n, birdlab.Others(lab.Nodes, n))
+	}
+	metric(t, "s12_confd_joined_rendered", time.Since(joinedAt).Seconds(), "s")
+	renderedBy(joiner, first)
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, joiner.Name, metav1.GetOptions{})
+	must(t, err)
+	if v, ok := n.Labels[peering.LabelInSet]; ok {
+		t.Errorf("%s has %s=%q with no controller running", joiner.Name, peering.LabelInSet, v)
+	}
+}
