@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"rebound/internal/lab/demo"
+	"rebound/internal/lab/sandbox"
 )
 
 func newDemoCommand() *cobra.Command {
@@ -19,7 +20,7 @@ func newDemoCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Play the seed failures (S1, S2, S4) without and with rebound, side by side, and write an HTML report",
-		Long: `Builds the sandbox control plane if needed (about 12 minutes the first time on 2 cores) and
+		Long: `Builds the sandbox control plane if needed (about ` + sandbox.ColdBuildTime + ` the first time on 2 cores) and
 plays each scenario in two sandboxes of 5 fake nodes at the same time: one with
 only upstream's control loops, one with rebound. The scenarios run one after
 the other.

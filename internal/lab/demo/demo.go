@@ -155,7 +155,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// Every scenario runs on a sandbox (S4's Nodes back its BIRD nodes).
 	fmt.Fprintf(opts.Progress, "Checking the sandbox control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok): "+
-		"built once from their Go modules, about 5 minutes on 2 cores the first time (module downloads first on a fresh machine), then cached\n")
+		"built once from their Go modules, about %s on 2 cores the first time (module downloads included), then cached\n", sandbox.ColdBuildTime)
 	if bins, err = sandbox.EnsureBinaries(ctx, opts.Build); err != nil {
 		return err
 	}
