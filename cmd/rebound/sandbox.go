@@ -129,7 +129,7 @@ func newSandboxUpCommand() *cobra.Command {
 				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", c.Kubeconfig)
-			fmt.Fprintf(cmd.ErrOrStderr(), "Sandbox up: %d nodes, apiserver %s, logs in %s.\nStop it with: rebound sandbox down --dir %s\n", len(c.NodeNames), c.APIServerURL, filepath.Join(c.Dir, "logs"), c.Dir)
+			fmt.Fprintf(cmd.ErrOrStderr(), "Sandbox up: Kubernetes %s, %d nodes, apiserver %s, logs in %s.\nStop it with: rebound sandbox down --dir %s\n", c.Kubernetes, len(c.NodeNames), c.APIServerURL, filepath.Join(c.Dir, "logs"), c.Dir)
 			return nil
 		},
 	}
@@ -175,6 +175,7 @@ func newSandboxDownCommand() *cobra.Command {
 
 type sandboxStatus struct {
 	Dir          string                    `json:"dir"`
+	Kubernetes   string                    `json:"kubernetes,omitempty"`
 	APIServerURL string                    `json:"apiServerURL"`
 	Kubeconfig   string                    `json:"kubeconfig"`
 	Components   []sandbox.ComponentStatus `json:"components"`
@@ -206,7 +207,7 @@ func newSandboxStatusCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st := sandboxStatus{Dir: c.Dir, APIServerURL: c.APIServerURL, Kubeconfig: c.Kubeconfig, Components: c.Components()}
+			st := sandboxStatus{Dir: c.Dir, Kubernetes: c.Kubernetes, APIServerURL: c.APIServerURL, Kubeconfig: c.Kubeconfig, Components: c.Components()}
 			ctx, cancel := contextWithTimeout(cmd, 5*time.Second)
 			defer cancel()
 			nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -232,7 +233,11 @@ func newSandboxStatusCommand() *cobra.Command {
 
 func (st sandboxStatus) text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Sandbox %s\napiserver %s\nexport KUBECONFIG=%s\n\n", st.Dir, st.APIServerURL, st.Kubeconfig)
+	fmt.Fprintf(&b, "Sandbox %s\n", st.Dir)
+	if st.Kubernetes != "" {
+		fmt.Fprintf(&b, "Kubernetes %s\n", st.Kubernetes)
+	}
+	fmt.Fprintf(&b, "apiserver %s\nexport KUBECONFIG=%s\n\n", st.APIServerURL, st.Kubeconfig)
 	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "COMPONENT\tPID\tRUNNING\tRSS\tPEAK RSS\tLOG")
 	for _, c := range st.Components {

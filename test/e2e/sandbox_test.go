@@ -55,6 +55,16 @@ func TestSandboxNodeStopAndStart(t *testing.T) {
 	t.Parallel()
 	c := startSandbox(t, 2, sandbox.FastTimings())
 	ctx := testContext(t, 2*time.Minute)
+	// The release the apiserver reports is the one built, and `sandbox
+	// status` finds it again.
+	if c.Kubernetes == "" || c.Kubernetes != binaries.Kubernetes {
+		t.Errorf("the apiserver reports Kubernetes %q, the binaries were built as %q", c.Kubernetes, binaries.Kubernetes)
+	}
+	if a, err := sandbox.Attach(c.Dir); err != nil {
+		t.Errorf("Attach(%s): %v", c.Dir, err)
+	} else if a.Kubernetes != c.Kubernetes {
+		t.Errorf("Attach(%s): Kubernetes %q, want %q", c.Dir, a.Kubernetes, c.Kubernetes)
+	}
 	if err := c.StopNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}

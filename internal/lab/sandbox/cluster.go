@@ -74,6 +74,7 @@ type state struct {
 	EtcdURL      string     `json:"etcdURL,omitempty"`
 	NodeNames    []string   `json:"nodeNames"`
 	ZoneKey      string     `json:"zoneKey"`
+	Kubernetes   string     `json:"kubernetes,omitempty"`
 	Timings      Timings    `json:"timings"`
 	Processes    []*process `json:"processes"`
 	Started      time.Time  `json:"started"`
@@ -217,6 +218,7 @@ func (c *Cluster) saveState(started time.Time) error {
 		EtcdURL:      c.EtcdURL,
 		NodeNames:    c.NodeNames,
 		ZoneKey:      c.ZoneKey,
+		Kubernetes:   c.Kubernetes,
 		Timings:      c.Timings,
 		Processes:    c.processes,
 		Started:      started,
@@ -267,7 +269,7 @@ func Attach(dir string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, Kubeconfig: st.Kubeconfig, ReboundKubeconfig: filepath.Join(dir, "rebound.kubeconfig"), APIServerURL: st.APIServerURL, EtcdURL: st.EtcdURL, NodeNames: st.NodeNames, ZoneKey: st.ZoneKey, Timings: st.Timings, processes: st.Processes}
+	c := &Cluster{Dir: dir, Kubeconfig: st.Kubeconfig, ReboundKubeconfig: filepath.Join(dir, "rebound.kubeconfig"), APIServerURL: st.APIServerURL, EtcdURL: st.EtcdURL, NodeNames: st.NodeNames, ZoneKey: st.ZoneKey, Kubernetes: st.Kubernetes, Timings: st.Timings, processes: st.Processes}
 	if c.Config, err = restConfig(c.Kubeconfig); err != nil {
 		return nil, err
 	}
