@@ -20,13 +20,16 @@ PARALLEL=${E2E_PARALLEL:-4}
 # S1, S3, S7, S13 and the stall's edges (S15): the scenarios that hinge on
 # kube-controller-manager's node lifecycle and eviction; the admission
 # policies and credentials (S8, the controller's policy, the CRD's field
-# errors); and the install paths (chart, manifests).
-TESTS='^(TestS1WithoutAndWithRebound|TestS3WithoutAndWithRebound|TestS7ControlPlanePartition|TestS7NoTarget|TestS7ControlPlanePartitionPeering|TestS13FastDetection|TestS13Series|TestS15StallEdges|TestS15RealDeathAfterStall|TestControllerAdmissionPolicy|TestS8AgentCredentialConfined|TestS8RejoinCredentialConfined|TestS8GossipCredentialConfined|TestRecoveryPolicyRejectedWithFieldName|TestHelmChartInstall|TestDeployManifestsServerSideApply)$'
+# errors); the install paths (chart, manifests); and the sandbox's own
+# check that it runs the release it was built as.
+TESTS='^(TestSandboxNodeStopAndStart|TestS1WithoutAndWithRebound|TestS3WithoutAndWithRebound|TestS7ControlPlanePartition|TestS7NoTarget|TestS7ControlPlanePartitionPeering|TestS13FastDetection|TestS13Series|TestS15StallEdges|TestS15RealDeathAfterStall|TestControllerAdmissionPolicy|TestS8AgentCredentialConfined|TestS8RejoinCredentialConfined|TestS8GossipCredentialConfined|TestRecoveryPolicyRejectedWithFieldName|TestHelmChartInstall|TestDeployManifestsServerSideApply)$'
 TESTS=${TESTS_OVERRIDE:-$TESTS}
 
 mkdir -p "$OUT"
 status=0
-for v in $VERSIONS; do
+# TABLE_ONLY=1 rebuilds the table from the logs already in $OUT.
+[ -n "${TABLE_ONLY:-}" ] && VERSIONS_RUN= || VERSIONS_RUN=$VERSIONS
+for v in $VERSIONS_RUN; do
   echo "== Kubernetes $v: sandbox build"
   if ! $GO run ./cmd/rebound sandbox build --kubernetes "$v"; then
     echo "== Kubernetes $v: build failed"; status=1; continue
@@ -40,7 +43,8 @@ for v in $VERSIONS; do
   [ "$rc" -eq 0 ] || status=1
 done
 
-# The table: one row per test (its result) and per METRIC, one column per
+# The table: one row per test (its result and time) and per METRIC (but
+# the sandboxes' start times, printed once per sandbox), one column per
 # release, from the logs just written.
 table="$OUT/table.md"
 awk -v versions="$VERSIONS" '
@@ -48,13 +52,18 @@ awk -v versions="$VERSIONS" '
   FNR == 1 { file = FILENAME; sub(/.*\//, "", file); sub(/\.log$/, "", file) }
   /^e2e: sandbox Kubernetes / { release[file] = $4 }
   /^--- (PASS|FAIL|SKIP): Test[^\/ ]* / { name = $3; if (!(name in seen)) { seen[name] = 1; order[++rows] = name }
-      cell[name, file] = $2 " " $4 }
+      r = $2; sub(/:$/, "", r); t = $4; gsub(/[()s]/, "", t); cell[name, file] = sprintf("%s (%.0f s)", r, t) }
+  /^METRIC sandbox_start_/ { next }
   /^METRIC / { split($2, kv, "="); name = kv[1]; if (!(name in seen)) { seen[name] = 1; order[++rows] = name }
       cell[name, file] = kv[2] " " $3 }
   END {
     printf "| | "; for (i = 1; i <= n; i++) printf "%s | ", (vs[i] in release ? release[vs[i]] : vs[i]); print ""
     printf "|---|"; for (i = 1; i <= n; i++) printf "---|"; print ""
-    for (r = 1; r <= rows; r++) { printf "| %s | ", order[r]; for (i = 1; i <= n; i++) printf "%s | ", ((order[r], vs[i]) in cell ? cell[order[r], vs[i]] : "–"); print "" }
+    # Tests first, then the figures, each in name order.
+    for (r = 1; r <= rows; r++) {
+      line = sprintf("| %s | ", order[r]); for (i = 1; i <= n; i++) line = line sprintf("%s | ", ((order[r], vs[i]) in cell ? cell[order[r], vs[i]] : "–"))
+      print (order[r] ~ /^Test/ ? "0" : "1") line | "sort | cut -c2-"
+    }
   }' $(for v in $VERSIONS; do echo "$OUT/$v.log"; done) > "$table"
 cat "$table"
 exit $status

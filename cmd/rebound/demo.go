@@ -19,7 +19,7 @@ func newDemoCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Play the seed failures (S1, S2, S4) without and with rebound, side by side, and write an HTML report",
+		Short: "Play the seed failures (S1, S2, S13, S4) without and with rebound, side by side, and write an HTML report",
 		Long: `Builds the sandbox control plane if needed (about ` + sandbox.ColdBuildTime + ` the first time on 2 cores) and
 plays each scenario in two sandboxes of 5 fake nodes at the same time: one with
 only upstream's control loops, one with rebound. The scenarios run one after
@@ -32,6 +32,11 @@ rebound controller (default policy, 30 s) it is replaced on node-0.
 S2: three essential Deployments run on nodes 2-4; etcd is backed up and restored
 with only node-0 alive. Without rebound a wait on their status times out; with
 rebound restore bringup they are Available on node-0 within the deadline.
+
+S13: each node runs a gossiping agent; a critical pod and one of a Service's two
+endpoints run on node-3, which dies outright. Without rebound nothing moves until
+kube-controller-manager's node grace ends; with rebound the controller acts once
+node-3's Lease and the agents' gossip both say it is dead.
 
 S4 (real BIRD 1.6, no sandbox; runs beside the others from the start): 5 BIRD
 daemons in a full mesh with graceful restart; nodes 1-3 die and node-1 returns

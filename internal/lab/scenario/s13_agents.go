@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"rebound/internal/lab/hoststandin"
 	"rebound/internal/lab/sandbox"
 )
 
@@ -44,7 +45,7 @@ type GossipAgent struct {
 	// and the agent reloads its keyring.
 	KeyFile string
 	// Host answers for the node's kernel at its kubelet port.
-	Host *Host
+	Host *hoststandin.Host
 
 	binary string
 	args   []string

@@ -1,4 +1,4 @@
-package scenario
+package hoststandin
 
 import "golang.org/x/sys/unix"
 

@@ -1,4 +1,4 @@
-package scenario
+package hoststandin
 
 import (
 	"errors"
@@ -34,7 +34,7 @@ func dialHost(t *testing.T, h *Host, timeout time.Duration) string {
 // accepts again; a closed one refuses, as a live kernel without the
 // listener would.
 func TestHostSilenceDropsPackets(t *testing.T) {
-	h, err := ListenHost("node-0", "127.0.1.1")
+	h, err := Listen("node-0", "127.0.1.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,12 +89,12 @@ func TestHostSilenceDropsPackets(t *testing.T) {
 	}
 }
 
-// TestListenHostLoopbackOnly: the lab never listens beyond loopback.
-func TestListenHostLoopbackOnly(t *testing.T) {
+// TestListenLoopbackOnly: the lab never listens beyond loopback.
+func TestListenLoopbackOnly(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0", "10.0.0.1", "::1", "node-0"} {
-		if h, err := ListenHost("node-0", addr); err == nil {
+		if h, err := Listen("node-0", addr); err == nil {
 			h.Close()
-			t.Errorf("ListenHost(%q) accepted a non-loopback address", addr)
+			t.Errorf("Listen(%q) accepted a non-loopback address", addr)
 		}
 	}
 }
