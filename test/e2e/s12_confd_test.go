@@ -1,27 +1,19 @@
 package e2e
 
 import (
-	"fmt"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
-	"rebound/internal/controller"
 	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/confdlab"
 	"rebound/internal/lab/sandbox"
-	"rebound/internal/lab/scale"
 	"rebound/internal/lab/scenario"
 	"rebound/internal/testing/birdtest"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
-	"rebound/pkg/peering/calico"
 )
 
 // TestS12ControllerDownConfd is TestS12ControllerDown on Calico's own
@@ -73,50 +65,13 @@ func TestS12ControllerDownConfd(t *testing.T) {
 
 	// rebound's controller publishes its BGPPeer; the mesh goes off as
 	// docs/peering-calico.md says.
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controller.DefaultPeeringNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	applyDeployBases(ctx, t, newClient(t, c))
-	ctrl, err := scale.StartControllerAs(c, c.Kubeconfig, reboundBinary, "rebound-controller-s12-confd", scenario.S4ControllerArgs()...)
-	must(t, err)
-	t.Cleanup(func() {
-		ctrl.Signal(syscall.SIGTERM)
-		if t.Failed() {
-			t.Logf("rebound controller log %s:\n%s", ctrl.Log, tail(ctrl.Log, 40))
-		}
-	})
-	must(t, ctrl.WaitReady(ctx, time.Minute))
+	stopController := meshOffUnderRebound(ctx, t, c, dyn, first)
 	for _, n := range first {
-		waitInSet(ctx, t, c, n.Name, true, time.Minute)
-	}
-	poll(ctx, t, time.Minute, "rebound's BGPPeer in "+calico.APIGroupV1, func() (bool, string) {
-		_, err := dyn.Resource(confdlab.V1.GVR("bgppeers")).Get(ctx, calico.DefaultPeerName, metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err)
-	})
-	must(t, confdlab.SetMesh(ctx, dyn, confdlab.V1, false))
-	renderedBy := func(n *birdlab.Node, peers []*birdlab.Node) {
-		t.Helper()
-		must(t, cs.WaitPeers(ctx, n, peers, time.Minute))
-		cfg := cs.Of(n).Rendered()
-		if strings.Contains(cfg, "protocol bgp Mesh_") {
-			t.Errorf("%s's bird.cfg still has Calico's mesh with the mesh off", n.Name)
-		}
-		for _, p := range peers {
-			if !strings.Contains(cfg, "protocol bgp "+confdlab.ProtocolNames(p.Address)[1]+" ") {
-				t.Errorf("%s's bird.cfg has no session with %s from rebound's BGPPeer (%s)", n.Name, p.Name, confdlab.ProtocolNames(p.Address)[1])
-			}
-		}
-	}
-	for _, n := range first {
-		renderedBy(n, birdlab.Others(first, n))
+		confdRendersRebound(ctx, t, cs, n, birdlab.Others(first, n))
 	}
 
-	// The controller goes away, and stays away.
-	ctrl.Signal(syscall.SIGTERM)
-	if !ctrl.Exited() {
-		t.Fatal("the controller has not exited after SIGTERM")
-	}
-
+	// The controller goes away (stop waits for its exit), and stays away.
+	must(t, stopController())
 	// A node joins: calico-node starts there (its annotations, its block,
 	// its confd); no one labels it.
 	joined, err := scenario.AddNode(ctx, c, 3, time.Minute)
@@ -127,10 +82,10 @@ func TestS12ControllerDownConfd(t *testing.T) {
 	joinedAt := time.Now()
 	must(t, cs.Start(ctx, joiner))
 	for _, n := range first {
-		renderedBy(n, birdlab.Others(lab.Nodes, n))
+		confdRendersRebound(ctx, t, cs, n, birdlab.Others(lab.Nodes, n))
 	}
 	metric(t, "s12_confd_joined_rendered", time.Since(joinedAt).Seconds(), "s")
-	renderedBy(joiner, first)
+	confdRendersRebound(ctx, t, cs, joiner, first)
 	n, err := c.Client.CoreV1().Nodes().Get(ctx, joiner.Name, metav1.GetOptions{})
 	must(t, err)
 	if v, ok := n.Labels[peering.LabelInSet]; ok {

@@ -239,36 +239,15 @@ func TestS4CalicoConfdBothGroups(t *testing.T) {
 		})
 	}
 
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controller.DefaultPeeringNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	_, err = reboundControllerFor(ctx, t, c)(ctx, scenario.S4ControllerArgs()...)
-	must(t, err)
-	for _, n := range lab.Nodes {
-		waitInSet(ctx, t, c, n.Name, true, time.Minute)
-	}
-	poll(ctx, t, time.Minute, "rebound's BGPPeer in "+calico.APIGroupV1, func() (bool, string) {
-		_, err := dyn.Resource(confdlab.V1.GVR("bgppeers")).Get(ctx, calico.DefaultPeerName, metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err)
-	})
+	meshOffUnderRebound(ctx, t, c, dyn, lab.Nodes)
 	if _, err := dyn.Resource(confdlab.V3.GVR("bgppeers")).Get(ctx, calico.DefaultPeerName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("rebound's BGPPeer in %s too (err %v): confd reads v1 with both served, the controller must write there only", calico.APIGroupV3, err)
 	}
-	must(t, confdlab.SetMesh(ctx, dyn, confdlab.V1, false))
 
 	// Rebound's peer set, rendered by confd from rebound's BGPPeer alone.
 	renderedBy := func(n *birdlab.Node, peers []*birdlab.Node) {
 		t.Helper()
-		must(t, cs.WaitPeers(ctx, n, peers, time.Minute))
-		cfg := cs.Of(n).Rendered()
-		if strings.Contains(cfg, "protocol bgp Mesh_") {
-			t.Errorf("%s's bird.cfg still has Calico's mesh with the mesh off", n.Name)
-		}
-		for _, p := range peers {
-			if !strings.Contains(cfg, "protocol bgp "+confdlab.ProtocolNames(p.Address)[1]+" ") {
-				t.Errorf("%s's bird.cfg has no session with %s from rebound's BGPPeer (%s)", n.Name, p.Name, confdlab.ProtocolNames(p.Address)[1])
-			}
-		}
+		confdRendersRebound(ctx, t, cs, n, peers)
 	}
 	for _, n := range lab.Nodes {
 		renderedBy(n, birdlab.Others(lab.Nodes, n))
@@ -283,6 +262,47 @@ func TestS4CalicoConfdBothGroups(t *testing.T) {
 	renderedBy(lab.Nodes[0], lab.Nodes[1:2])
 	renderedBy(lab.Nodes[1], lab.Nodes[0:1])
 	renderedBy(out, nil)
+}
+
+// meshOffUnderRebound does what docs/peering-calico.md tells a Calico
+// cluster to do: it starts the real `rebound controller --peering
+// --calico` (scenario.S4ControllerArgs) on c, waits until every one of
+// nodes is in the set and rebound's BGPPeer is in crd.projectcalico.org/v1
+// (what confd reads), then turns Calico's node-to-node mesh off. It
+// returns how to stop the controller (it waits for the exit).
+func meshOffUnderRebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, dyn dynamic.Interface, nodes []*birdlab.Node) (stop func() error) {
+	t.Helper()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controller.DefaultPeeringNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	stop, err := reboundControllerFor(ctx, t, c)(ctx, scenario.S4ControllerArgs()...)
+	must(t, err)
+	for _, n := range nodes {
+		waitInSet(ctx, t, c, n.Name, true, time.Minute)
+	}
+	poll(ctx, t, time.Minute, "rebound's BGPPeer in "+calico.APIGroupV1, func() (bool, string) {
+		_, err := dyn.Resource(confdlab.V1.GVR("bgppeers")).Get(ctx, calico.DefaultPeerName, metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	must(t, confdlab.SetMesh(ctx, dyn, confdlab.V1, false))
+	return stop
+}
+
+// confdRendersRebound waits until n's confd has rendered exactly peers,
+// each through rebound's BGPPeer (a Node_ protocol), and Calico's mesh
+// no more.
+func confdRendersRebound(ctx context.Context, t *testing.T, cs *scenario.Confds, n *birdlab.Node, peers []*birdlab.Node) {
+	t.Helper()
+	must(t, cs.WaitPeers(ctx, n, peers, time.Minute))
+	cfg := cs.Of(n).Rendered()
+	if strings.Contains(cfg, "protocol bgp Mesh_") {
+		t.Errorf("%s's bird.cfg still has Calico's mesh with the mesh off", n.Name)
+	}
+	for _, p := range peers {
+		if !strings.Contains(cfg, "protocol bgp "+confdlab.ProtocolNames(p.Address)[1]+" ") {
+			t.Errorf("%s's bird.cfg has no session with %s from rebound's BGPPeer (%s)", n.Name, p.Name, confdlab.ProtocolNames(p.Address)[1])
+		}
+	}
 }
 
 func nodeGraceWaitE2E(c *sandbox.Cluster) time.Duration {
