@@ -78,15 +78,15 @@ test: deps vet sandbox
 	FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh ./api/... ./internal/... ./pkg/...
 	$(E2E)
 
-# Every Go native fuzz test for a short time on top of its seed corpus
-# (which plain `go test` replays); `make fuzz FUZZTIME=5m` digs deeper.
 # The control-plane scenarios, admission and install on each older supported
 # Kubernetes release (make test covers the newest); not part of make test,
 # for CI's time. VERSIONS="1.35 1.36 1.37" adds the newest to the table.
+VERSIONS ?= 1.35 1.36
 test-versions: deps
 	VERSIONS="$(VERSIONS)" bash hack/test-versions.sh
-VERSIONS ?= 1.35 1.36
 
+# Every Go native fuzz test for a short time on top of its seed corpus
+# (which plain `go test` replays); `make fuzz FUZZTIME=5m` digs deeper.
 FUZZTIME ?= 5s
 fuzz:
 	FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh ./api/... ./internal/... ./pkg/...

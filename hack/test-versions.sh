@@ -29,15 +29,24 @@ mkdir -p "$OUT"
 status=0
 # TABLE_ONLY=1 rebuilds the table from the logs already in $OUT.
 [ -n "${TABLE_ONLY:-}" ] && VERSIONS_RUN= || VERSIONS_RUN=$VERSIONS
+if [ -n "$VERSIONS_RUN" ] && [ -n "${REBOUND_SANDBOX_BIN:-}" ]; then
+  echo "test-versions: REBOUND_SANDBOX_BIN=$REBOUND_SANDBOX_BIN holds one release; unset it to test each release" >&2
+  exit 2
+fi
 for v in $VERSIONS_RUN; do
+  log="$OUT/$v.log"
+  rm -f "$log"
   echo "== Kubernetes $v: sandbox build"
   if ! $GO run ./cmd/rebound sandbox build --kubernetes "$v"; then
-    echo "== Kubernetes $v: build failed"; status=1; continue
+    echo "== Kubernetes $v: build failed"
+    echo "test-versions: the sandbox build of Kubernetes $v failed" > "$log"
+    status=1
+    continue
   fi
-  echo "== Kubernetes $v: e2e ($OUT/$v.log)"
+  echo "== Kubernetes $v: e2e ($log)"
   start=$(date +%s)
   REBOUND_KUBERNETES=$v $GO test -count=1 -v -json -timeout 40m -parallel "$PARALLEL" -run "$TESTS" ./test/e2e \
-    | $GO run ./hack/testsummary > "$OUT/$v.log" 2>&1
+    | $GO run ./hack/testsummary > "$log" 2>&1
   rc=$?
   echo "== Kubernetes $v: exit $rc in $(( $(date +%s) - start )) s"
   [ "$rc" -eq 0 ] || status=1
@@ -47,10 +56,16 @@ done
 # the sandboxes' start times, printed once per sandbox), one column per
 # release, from the logs just written.
 table="$OUT/table.md"
+logs=()
+for v in $VERSIONS; do
+  if [ -f "$OUT/$v.log" ]; then logs+=("$OUT/$v.log"); else echo "test-versions: no log for Kubernetes $v in $OUT" >&2; status=1; fi
+done
+[ "${#logs[@]}" -gt 0 ] || { echo "test-versions: no logs to tabulate" >&2; exit 1; }
 awk -v versions="$VERSIONS" '
   BEGIN { n = split(versions, vs, " ") }
   FNR == 1 { file = FILENAME; sub(/.*\//, "", file); sub(/\.log$/, "", file) }
   /^e2e: sandbox Kubernetes / { release[file] = $4 }
+  /^test-versions: the sandbox build of Kubernetes .* failed/ { release[file] = file " (build failed)" }
   /^--- (PASS|FAIL|SKIP): Test[^\/ ]* / { name = $3; if (!(name in seen)) { seen[name] = 1; order[++rows] = name }
       r = $2; sub(/:$/, "", r); t = $4; gsub(/[()s]/, "", t); cell[name, file] = sprintf("%s (%.0f s)", r, t) }
   /^METRIC sandbox_start_/ { next }
@@ -64,6 +79,6 @@ awk -v versions="$VERSIONS" '
       line = sprintf("| %s | ", order[r]); for (i = 1; i <= n; i++) line = line sprintf("%s | ", ((order[r], vs[i]) in cell ? cell[order[r], vs[i]] : "–"))
       print (order[r] ~ /^Test/ ? "0" : "1") line | "sort | cut -c2-"
     }
-  }' $(for v in $VERSIONS; do echo "$OUT/$v.log"; done) > "$table"
+  }' "${logs[@]}" > "$table" || { echo "test-versions: the table failed" >&2; status=1; }
 cat "$table"
 exit $status

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"rebound/internal/agent/gossip"
+	"rebound/internal/lab/hoststandin"
 	"rebound/internal/lab/install"
 	"rebound/internal/lab/report"
 	"rebound/internal/lab/sandbox"
@@ -98,9 +100,14 @@ Flags:
 	fmt.Fprintln(tw, "members\tsent B/s per agent\treceived B/s per agent\tbusiest B/s\tdeath to quorum Dead\tto all watchers\twrites")
 	var results []gossip.LoadResult
 	var failed []error
+	loadHosts, closeHosts, err := startLoadHosts()
+	if err != nil {
+		return err
+	}
+	defer closeHosts()
 	for _, n := range sizes {
 		fmt.Fprintf(os.Stderr, "detect: %d gossip members on loopback, %s of steady state ...\n", n, *window)
-		r, err := gossip.MeasureLoad(ctx, n, *window)
+		r, err := gossip.MeasureLoad(ctx, n, *window, loadHosts)
 		if err != nil {
 			// One size failing (a small machine running hundreds of
 			// members in one process) still leaves the others' figures.
@@ -255,4 +262,29 @@ func (l *linePrefixer) Write(b []byte) (int, error) {
 		}
 	}
 	return len(b), nil
+}
+
+// startLoadHosts runs the two host stand-ins gossip.MeasureLoad's members
+// probe: one that answers, one silenced (it drops every SYN).
+func startLoadHosts() (gossip.LoadHosts, func(), error) {
+	live, err := hoststandin.Listen("live host", gossip.LoadHostAddrs[0].String())
+	if err != nil {
+		return gossip.LoadHosts{}, nil, fmt.Errorf("gossip load: %w", err)
+	}
+	silent, err := hoststandin.Listen("silent host", gossip.LoadHostAddrs[1].String())
+	if err == nil {
+		err = silent.Silence()
+	}
+	if err != nil {
+		live.Close()
+		if silent != nil {
+			silent.Close()
+		}
+		return gossip.LoadHosts{}, nil, fmt.Errorf("gossip load: %w", err)
+	}
+	hosts := gossip.LoadHosts{
+		Live:   netip.AddrPortFrom(gossip.LoadHostAddrs[0], uint16(live.Port)),
+		Silent: netip.AddrPortFrom(gossip.LoadHostAddrs[1], uint16(silent.Port)),
+	}
+	return hosts, func() { live.Close(); silent.Close() }, nil
 }

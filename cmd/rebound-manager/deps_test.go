@@ -7,14 +7,12 @@ import (
 )
 
 // forbidden are what must never run in the cluster: etcd's server (the
-// operator CLI's backup and restore link it), the sandbox, the demo and the
-// BIRD lab. Both the old and the internal/ paths of the lab are listed, so
-// a move of those packages cannot slip one back in.
+// operator CLI's backup and restore link it) and the whole lab (sandbox,
+// demo, scenarios, BIRD lab, host stand-ins). The lab's old paths are
+// listed too, so a move of those packages cannot slip one back in.
 var forbidden = []string{
 	"go.etcd.io/etcd/server",
-	"rebound/internal/lab/sandbox",
-	"rebound/internal/lab/demo",
-	"rebound/internal/lab/scenario",
+	"rebound/internal/lab/",
 	"rebound/pkg/peering/bird/birdlab", "rebound/internal/lab/birdlab",
 	"rebound/pkg/peering/bird/birdproc", "rebound/internal/lab/birdproc",
 	"rebound/pkg/peering/bird/birdtest", "rebound/internal/testing/birdtest",

@@ -83,7 +83,7 @@ run Calico's own renderer need it), into the same cache, once per version.`,
 		},
 	}
 	cmd.Flags().StringVar(&src, "source", "", "the sandbox module folder (default: found above the working directory)")
-	cmd.Flags().StringVar(&kube, "kubernetes", "", "the Kubernetes release to build, as 1.MINOR (default: $"+sandbox.KubernetesEnv+", else the newest supported)")
+	cmd.Flags().StringVar(&kube, "kubernetes", "", "the Kubernetes release to build, as 1.MINOR (default: $"+sandbox.KubernetesEnv+", else the newest supported); with $"+sandbox.BinDirEnv+" set nothing is built, and its binaries must be of this release")
 	cmd.Flags().StringVar(&confdSrc, "confd-source", "", "also build Calico's confd from this folder (its own module, e.g. "+sandbox.ConfdSourceDefault+")")
 	return cmd
 }

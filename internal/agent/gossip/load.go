@@ -56,6 +56,17 @@ func (r LoadResult) String() string {
 		len(r.Watchers), r.Detection.Round(time.Millisecond), r.DetectionAll.Round(time.Millisecond), r.Writes, r.Converged.Round(time.Millisecond))
 }
 
+// LoadHosts are MeasureLoad's host stand-ins: Live answers every dial, as
+// a live kernel does; Silent drops every SYN, as a dead host does.
+type LoadHosts struct {
+	Live, Silent netip.AddrPort
+}
+
+// LoadHostAddrs are the loopback addresses MeasureLoad's callers put
+// their stand-ins on: clear of the members' (loadAddr) and of the
+// 127.0.0.x the package's tests use.
+var LoadHostAddrs = [2]netip.Addr{netip.AddrFrom4([4]byte{127, 0, 1, 1}), netip.AddrFrom4([4]byte{127, 0, 1, 2})}
+
 // loadAddr is member i's loopback address, 127.0.2.1 on: clear of the
 // 127.0.0.x the package's tests use.
 func loadAddr(i int) netip.Addr {
@@ -80,9 +91,16 @@ func loadAddr(i int) netip.Addr {
 // (debug.SetGCPercent 400): with the default, collecting the one heap of
 // hundreds of members starves their probes, which no member on its own
 // node would suffer, and fewer collections change no byte on the wire.
-func MeasureLoad(ctx context.Context, n int, d time.Duration) (LoadResult, error) {
+//
+// hosts are the two kernels every member's address book points at; the
+// caller runs them (the lab's internal/lab/hoststandin), so that this
+// package, which the agent links, holds no stand-in of its own.
+func MeasureLoad(ctx context.Context, n int, d time.Duration, hosts LoadHosts) (LoadResult, error) {
 	if n < 3 || n > 250*250 {
 		return LoadResult{}, fmt.Errorf("MeasureLoad: %d members: want 3 to %d", n, 250*250)
+	}
+	if !hosts.Live.IsValid() || !hosts.Silent.IsValid() {
+		return LoadResult{}, fmt.Errorf("MeasureLoad: hosts %+v: want a live and a silent host stand-in", hosts)
 	}
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	key := make([]byte, 32)
@@ -95,16 +113,7 @@ func MeasureLoad(ctx context.Context, n int, d time.Duration) (LoadResult, error
 	// The API's addresses: each member's, and a host for every node that
 	// accepts (a live kernel) until the victim's is made silent.
 	book := NewStaticBook()
-	liveHost, closeLive, err := acceptingHost(netip.AddrFrom4([4]byte{127, 0, 1, 1}))
-	if err != nil {
-		return LoadResult{}, fmt.Errorf("MeasureLoad: host stand-in: %w", err)
-	}
-	defer closeLive()
-	deadHost, closeDead, err := silentHost(netip.AddrFrom4([4]byte{127, 0, 1, 2}))
-	if err != nil {
-		return LoadResult{}, fmt.Errorf("MeasureLoad: silent host stand-in: %w", err)
-	}
-	defer closeDead()
+	liveHost, deadHost := hosts.Live, hosts.Silent
 	names := make([]string, n)
 	members := make([]*Member, n)
 	writers := make([]*recordingWriter, n)

@@ -22,7 +22,7 @@ func TestMeasureLoad30(t *testing.T) {
 	if testing.Short() {
 		t.Skip("30 members for ~10 s")
 	}
-	r, err := MeasureLoad(context.Background(), 30, 3*time.Second)
+	r, err := MeasureLoad(context.Background(), 30, 3*time.Second, loadHosts(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +51,9 @@ func TestMeasureLoad30(t *testing.T) {
 func BenchmarkGossipLoad(b *testing.B) {
 	for _, n := range []int{30, 300} {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			hosts := loadHosts(b)
 			for b.Loop() {
-				r, err := MeasureLoad(context.Background(), n, *loadWindow)
+				r, err := MeasureLoad(context.Background(), n, *loadWindow, hosts)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,8 +1,8 @@
 // Package hoststandin stands in for a node's kernel as a host probe sees
 // it, on loopback: a TCP listener that answers while the host lives and,
 // silenced, drops every SYN as a machine that lost power or its network
-// does (silent, never refusing). The lab's hosts (scenario.StartHosts) and
-// the gossip package's tests and load measurement share this one.
+// does (silent, never refusing). The lab's hosts (scenario.StartHosts),
+// the gossip package's tests and rebound-bench's load measurement share it.
 package hoststandin
 
 import (
@@ -151,12 +151,27 @@ func (h *Host) Silence() error {
 	h.silenced, h.paused, h.resume = true, paused, make(chan struct{})
 	h.mu.Unlock()
 	<-paused
+	// A Revive or Close while the accept loop was pausing closed paused
+	// itself (unpause): then this silencing is over before it began.
+	h.mu.Lock()
+	over := !h.silenced || h.closed
+	h.mu.Unlock()
+	if over {
+		return fmt.Errorf("silence the host of %s: revived or closed meanwhile", h.Node)
+	}
 	for range 4 * hostBacklog {
 		conn, err := net.DialTimeout("tcp", h.Endpoint(), 300*time.Millisecond)
 		if err == nil {
 			h.mu.Lock()
-			h.fillers = append(h.fillers, conn)
+			over := !h.silenced || h.closed
+			if !over {
+				h.fillers = append(h.fillers, conn)
+			}
 			h.mu.Unlock()
+			if over {
+				conn.Close()
+				return fmt.Errorf("silence the host of %s: revived or closed meanwhile", h.Node)
+			}
 			continue
 		}
 		var ne net.Error
@@ -206,6 +221,7 @@ func (h *Host) Revive() error {
 	}
 	h.fillers = nil
 	h.silenced = false
+	h.unpause()
 	close(h.resume)
 	h.mu.Unlock()
 	for deadline := time.Now().Add(5 * time.Second); ; {
@@ -220,6 +236,15 @@ func (h *Host) Revive() error {
 			return fmt.Errorf("revive the host of %s: %d connections still queued", h.Node, n)
 		}
 		time.Sleep(time.Millisecond) // the accept loop is one wake-up away
+	}
+}
+
+// unpause releases a Silence still waiting for the accept loop to pause,
+// which now never will. Called with mu held.
+func (h *Host) unpause() {
+	if h.paused != nil {
+		close(h.paused)
+		h.paused = nil
 	}
 }
 
@@ -244,6 +269,7 @@ func (h *Host) Close() {
 	h.fillers = nil
 	if h.silenced {
 		h.silenced = false
+		h.unpause()
 		close(h.resume)
 	}
 	h.mu.Unlock()

@@ -98,3 +98,50 @@ func TestListenLoopbackOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestSilenceRacesReviveAndClose: a Revive or a Close while a Silence is
+// still under way ends it (an error, or a silence already complete),
+// never a Silence that waits for ever, and leaves a host that answers
+// (revived) or refuses (closed).
+func TestSilenceRacesReviveAndClose(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(h *Host) error
+		want string
+	}{
+		{"revive", func(h *Host) error { return h.Revive() }, "answered"},
+		{"close", func(h *Host) error { h.Close(); return nil }, "refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range 10 {
+				h, err := Listen("node-0", "127.0.1.1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				silenced := make(chan error, 1)
+				go func() { silenced <- h.Silence() }()
+				// From at once to well into the fill: every stage of Silence.
+				time.Sleep(time.Duration(i) * 5 * time.Millisecond)
+				if err := tc.end(h); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-silenced:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("round %d: Silence still blocked 5s after %s", i, tc.name)
+				}
+				if tc.name == "revive" {
+					// A Silence that completed before the Revive raced
+					// nothing; revive again so the host answers either way.
+					if err := h.Revive(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := dialHost(t, h, time.Second); got != tc.want {
+					t.Fatalf("round %d: dial after %s: %s, want %s", i, tc.name, got, tc.want)
+				}
+				h.Close()
+			}
+		})
+	}
+}

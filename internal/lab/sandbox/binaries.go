@@ -96,20 +96,16 @@ const ColdBuildTime = "12 minutes"
 // EnsureBinaries returns the control-plane binaries for the pinned versions,
 // building them first if this machine has not built that set yet.
 func EnsureBinaries(ctx context.Context, opts BuildOptions) (Binaries, error) {
+	want := opts.Kubernetes
+	if want == "" {
+		want = os.Getenv(KubernetesEnv)
+	}
 	if dir := os.Getenv(BinDirEnv); dir != "" {
-		b := binariesIn(dir)
-		if m := b.missing(); len(m) > 0 {
-			return Binaries{}, fmt.Errorf("%s=%s lacks %s: unset it to build them, or point it at a folder from `rebound sandbox build`", BinDirEnv, dir, strings.Join(m, ", "))
-		}
-		return b, nil
+		return prebuilt(ctx, dir, want)
 	}
 	src, err := findSourceDir(opts.SourceDir)
 	if err != nil {
 		return Binaries{}, err
-	}
-	want := opts.Kubernetes
-	if want == "" {
-		want = os.Getenv(KubernetesEnv)
 	}
 	pins, err := readPins(ctx, src, want)
 	if err != nil {
@@ -130,14 +126,47 @@ func EnsureBinaries(ctx context.Context, opts BuildOptions) (Binaries, error) {
 	}
 	b := binariesIn(dir)
 	b.Kubernetes = pins.kubernetes
-	if len(b.missing()) == 0 {
+	if len(b.missing()) > 0 {
+		if err := build(ctx, src, dir, pins, out); err != nil {
+			return Binaries{}, err
+		}
+	}
+	if pins.kubeDir == src {
+		// sandbox/bin is the default release's; an older one is asked
+		// for by name.
 		linkBinDir(src, dir)
+	}
+	return b, nil
+}
+
+// prebuilt returns the binaries in dir ($REBOUND_SANDBOX_BIN), with the
+// release their apiserver reports; when a release is asked for too, it
+// must be theirs: a folder of 1.37 never quietly stands in for 1.35.
+func prebuilt(ctx context.Context, dir, want string) (Binaries, error) {
+	b := binariesIn(dir)
+	if m := b.missing(); len(m) > 0 {
+		return Binaries{}, fmt.Errorf("%s=%s lacks %s: unset it to build them, or point it at a folder from `rebound sandbox build`", BinDirEnv, dir, strings.Join(m, ", "))
+	}
+	out, err := exec.CommandContext(ctx, b.APIServer, "--version").Output()
+	if err != nil {
+		return Binaries{}, fmt.Errorf("%s=%s: %s --version: %w", BinDirEnv, dir, b.APIServer, err)
+	}
+	// "Kubernetes v1.37.2"
+	fields := strings.Fields(string(out))
+	if len(fields) != 2 || fields[0] != "Kubernetes" {
+		return Binaries{}, fmt.Errorf("%s=%s: %s --version printed %q, not \"Kubernetes vX.Y.Z\"", BinDirEnv, dir, b.APIServer, strings.TrimSpace(string(out)))
+	}
+	b.Kubernetes = fields[1]
+	if want == "" {
 		return b, nil
 	}
-	if err := build(ctx, src, dir, pins, out); err != nil {
-		return Binaries{}, err
+	minor, ok := parseMinor(want)
+	if !ok {
+		return Binaries{}, fmt.Errorf("Kubernetes %q: not a release; give one as 1.MINOR, e.g. %s", want, strings.TrimPrefix(minorOf(b.Kubernetes), "v"))
 	}
-	linkBinDir(src, dir)
+	if minor != minorOf(b.Kubernetes) {
+		return Binaries{}, fmt.Errorf("Kubernetes %s was asked for (--kubernetes or %s), but %s=%s holds %s: unset one of them", want, KubernetesEnv, BinDirEnv, dir, b.Kubernetes)
+	}
 	return b, nil
 }
 
@@ -241,7 +270,7 @@ func parseMinor(v string) (string, bool) {
 		return "", false
 	}
 	for _, p := range parts {
-		if _, err := strconv.Atoi(p); err != nil {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
 			return "", false
 		}
 	}

@@ -149,6 +149,30 @@ func TestEnsureBinariesErrors(t *testing.T) {
 			t.Fatalf("err = %v, want one naming the missing binaries and %s", err, BinDirEnv)
 		}
 	})
+	t.Run("prebuilt folder of another release than asked for", func(t *testing.T) {
+		dir := t.TempDir()
+		for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\necho Kubernetes v1.37.2\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Setenv(BinDirEnv, dir)
+		t.Setenv(KubernetesEnv, "")
+		b, err := EnsureBinaries(t.Context(), BuildOptions{})
+		if err != nil || b.Kubernetes != "v1.37.2" {
+			t.Fatalf("no release asked for: Kubernetes %q, err %v; want v1.37.2 read from the apiserver", b.Kubernetes, err)
+		}
+		if _, err := EnsureBinaries(t.Context(), BuildOptions{Kubernetes: "1.37"}); err != nil {
+			t.Fatalf("its own release asked for: %v", err)
+		}
+		for _, opts := range []struct{ flag, env string }{{"1.35", ""}, {"", "1.35"}} {
+			t.Setenv(KubernetesEnv, opts.env)
+			_, err := EnsureBinaries(t.Context(), BuildOptions{Kubernetes: opts.flag})
+			if err == nil || !strings.Contains(err.Error(), "holds v1.37.2") || !strings.Contains(err.Error(), BinDirEnv) {
+				t.Errorf("1.35 asked for (flag %q, env %q) with a folder of 1.37: err = %v, want one naming both", opts.flag, opts.env, err)
+			}
+		}
+	})
 	t.Run("not the sandbox module", func(t *testing.T) {
 		t.Setenv(BinDirEnv, "")
 		_, err := EnsureBinaries(t.Context(), BuildOptions{SourceDir: t.TempDir()})
@@ -200,6 +224,8 @@ func TestReleaseModule(t *testing.T) {
 		{want: "1", errWith: "not a release"},
 		{want: "1.x", errWith: "not a release"},
 		{want: "1.36.3.1", errWith: "not a release"},
+		{want: "1.+36", errWith: "not a release"},
+		{want: "1.-36", errWith: "not a release"},
 		{want: "latest", errWith: "not a release"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {

@@ -3,12 +3,13 @@ package gossip
 import (
 	"fmt"
 	"net/netip"
+	"testing"
 
 	"rebound/internal/lab/hoststandin"
 )
 
 // Host stand-ins are listeners in place of a node's kubelet port, for
-// MeasureLoad and the tests, which run every member in one process: one
+// the tests, which run every member in one process: one
 // that accepts is a live host; a silenced one drops every SYN, as a host
 // that lost power or its network does. They are the lab's
 // (hoststandin), addressed as the members' book holds them.
@@ -21,6 +22,22 @@ func acceptingHost(addr netip.Addr) (netip.AddrPort, func(), error) {
 		return netip.AddrPort{}, nil, err
 	}
 	return netip.AddrPortFrom(addr, uint16(h.Port)), h.Close, nil
+}
+
+// loadHosts runs MeasureLoad's two host stand-ins for the test.
+func loadHosts(t testing.TB) LoadHosts {
+	t.Helper()
+	live, closeLive, err := acceptingHost(LoadHostAddrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeLive)
+	silent, closeSilent, err := silentHost(LoadHostAddrs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeSilent)
+	return LoadHosts{Live: live, Silent: silent}
 }
 
 // silentHost listens on addr (IPv4 loopback, any free port) and drops
