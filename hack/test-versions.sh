@@ -6,7 +6,7 @@
 #   VERSIONS="1.35 1.36" bash hack/test-versions.sh    # the default
 #   VERSIONS="1.35 1.36 1.37" bash hack/test-versions.sh
 #
-# Each release's sandbox is built on first use (about 12 minutes cold on 2
+# Each release's sandbox is built on first use (10 to 12 minutes cold on 2
 # cores, then cached). Logs and the table go to $OUT (default
 # _output/test-versions); the table is also printed. Exits non-zero when
 # any release fails a test, after running them all.
