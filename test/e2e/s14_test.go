@@ -2,13 +2,11 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
+	"net/netip"
 	"regexp"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"rebound/internal/agent/gossip"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
 )
@@ -231,7 +230,7 @@ func TestS14LabHosts(t *testing.T) {
 		if h.Address != sandbox.NodeAddress(i) || port(n) != int32(h.Port) {
 			t.Errorf("%s: host at %s, Node's InternalIP %s and kubelet port %d", n, h.Endpoint(), sandbox.NodeAddress(i), port(n))
 		}
-		if got := dialOutcome(h.Endpoint()); got != "answered" {
+		if got := probeHost(ctx, t, h.Endpoint()); got != gossip.HostAnswers {
 			t.Errorf("%s's live host: %s", n, got)
 		}
 	}
@@ -245,11 +244,11 @@ func TestS14LabHosts(t *testing.T) {
 	}
 
 	must(t, agents[victim].Host.Silence())
-	if got := dialOutcome(agents[victim].Host.Endpoint()); got != "silent" {
+	if got := probeHost(ctx, t, agents[victim].Host.Endpoint()); got != gossip.HostSilent {
 		t.Errorf("%s's silenced host: %s, want silent", victim, got)
 	}
 	must(t, agents[victim].Host.Revive())
-	if got := dialOutcome(agents[victim].Host.Endpoint()); got != "answered" {
+	if got := probeHost(ctx, t, agents[victim].Host.Endpoint()); got != gossip.HostAnswers {
 		t.Errorf("%s's revived host: %s", victim, got)
 	}
 
@@ -275,20 +274,11 @@ func TestS14LabHosts(t *testing.T) {
 	}
 }
 
-// dialOutcome dials as the agents' host probe does: answered (connected
-// or refused: a live kernel) or silent (a timeout).
-func dialOutcome(addr string) string {
-	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err == nil {
-		conn.Close()
-		return "answered"
-	}
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return "answered (refused)"
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return "silent"
-	}
-	return err.Error()
+// probeHost probes the stand-in at addr with the agents' own host probe
+// (gossip.TCPHostProber, its default timeout).
+func probeHost(ctx context.Context, t *testing.T, addr string) gossip.HostAnswer {
+	t.Helper()
+	ap, err := netip.ParseAddrPort(addr)
+	must(t, err)
+	return gossip.TCPHostProber{}.ProbeHost(ctx, ap)
 }
