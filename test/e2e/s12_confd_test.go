@@ -52,7 +52,8 @@ func TestS12ControllerDownConfd(t *testing.T) {
 			t.Fatalf("lab node %d is %s, the sandbox's is %s", i, n.Name, c.NodeNames[i])
 		}
 	}
-	cs := scenario.NewConfds(c, lab, scenario.ConfdOptions{Binary: confd, Source: src, API: confdlab.V1, Dir: dir})
+	cs, err := scenario.NewConfds(c, lab, scenario.ConfdOptions{Binary: confd, Source: src, API: confdlab.V1, Dir: dir})
+	must(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("rendered files:\n%s", cs.RenderedFiles())

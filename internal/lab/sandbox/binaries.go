@@ -26,8 +26,8 @@ type Binaries struct {
 	ControllerManager string
 	Scheduler         string
 	Kwok              string
-	// Kubernetes is the release they were built at (e.g. v1.36.3); empty
-	// for binaries from $REBOUND_SANDBOX_BIN, whose release is unknown.
+	// Kubernetes is the release they were built at (e.g. v1.36.3); for
+	// binaries from $REBOUND_SANDBOX_BIN, the one their apiserver reports.
 	Kubernetes string
 }
 
@@ -242,14 +242,14 @@ func releaseModule(src, newest, want string) (string, error) {
 	}
 	dir := filepath.Join(src, releasesDir, minor)
 	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
-		return "", fmt.Errorf("Kubernetes %s: not a supported release; the sandbox builds %s", want, strings.Join(Releases(src, newest), ", "))
+		return "", fmt.Errorf("Kubernetes %s: not a supported release; the sandbox builds %s", want, strings.Join(releases(src, newest), ", "))
 	}
 	return dir, nil
 }
 
-// Releases lists the Kubernetes releases the sandbox module at src can
+// releases lists the Kubernetes releases the sandbox module at src can
 // build, oldest first, as 1.MINOR; newest is the one the module pins.
-func Releases(src, newest string) []string {
+func releases(src, newest string) []string {
 	var out []string
 	entries, _ := os.ReadDir(filepath.Join(src, releasesDir))
 	for _, e := range entries {
@@ -284,11 +284,8 @@ func minorOf(v string) string {
 }
 
 func minorNumber(v string) int {
-	parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
-	if len(parts) < 2 {
-		return 0
-	}
-	n, _ := strconv.Atoi(parts[1])
+	_, minor := kubeMajorMinor(v)
+	n, _ := strconv.Atoi(minor)
 	return n
 }
 

@@ -204,8 +204,8 @@ func TestReleaseModule(t *testing.T) {
 		}
 	}
 	const newest = "v1.37.2"
-	if got, want := Releases(src, newest), []string{"1.35", "1.36", "1.37"}; !slices.Equal(got, want) {
-		t.Errorf("Releases = %v, want %v", got, want)
+	if got, want := releases(src, newest), []string{"1.35", "1.36", "1.37"}; !slices.Equal(got, want) {
+		t.Errorf("releases = %v, want %v", got, want)
 	}
 	for _, tc := range []struct {
 		want    string

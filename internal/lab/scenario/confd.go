@@ -41,6 +41,7 @@ func ConfdConfig(dir string) func(n *birdlab.Node) string {
 // only from the sandbox's Calico objects.
 type Confds struct {
 	c    *sandbox.Cluster
+	dyn  dynamic.Interface
 	opts ConfdOptions
 	lab  *birdlab.Lab
 
@@ -53,7 +54,10 @@ type Confds struct {
 // come first. The lab's Nodes must be the sandbox's. On an error the
 // confds started are stopped.
 func StartConfds(ctx context.Context, c *sandbox.Cluster, lab *birdlab.Lab, opts ConfdOptions) (*Confds, error) {
-	cs := NewConfds(c, lab, opts)
+	cs, err := NewConfds(c, lab, opts)
+	if err != nil {
+		return nil, err
+	}
 	for _, n := range lab.Nodes {
 		if err := cs.Start(ctx, n); err != nil {
 			return nil, errors.Join(err, cs.Stop())
@@ -64,8 +68,12 @@ func StartConfds(ctx context.Context, c *sandbox.Cluster, lab *birdlab.Lab, opts
 
 // NewConfds prepares confds for the lab's nodes without starting any: a
 // node whose Node joins later gets its own with Start once it has.
-func NewConfds(c *sandbox.Cluster, lab *birdlab.Lab, opts ConfdOptions) *Confds {
-	return &Confds{c: c, opts: opts, lab: lab, byNode: map[string]*confdlab.Confd{}}
+func NewConfds(c *sandbox.Cluster, lab *birdlab.Lab, opts ConfdOptions) (*Confds, error) {
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	return &Confds{c: c, dyn: dyn, opts: opts, lab: lab, byNode: map[string]*confdlab.Confd{}}, nil
 }
 
 // Start does for node n what calico-node does when it starts there: it
@@ -73,14 +81,10 @@ func NewConfds(c *sandbox.Cluster, lab *birdlab.Lab, opts ConfdOptions) *Confds 
 // (confdlab.CreateNode), and starts its confd, rendering into
 // ConfdConfig(opts.Dir) and reloading n's BIRD.
 func (cs *Confds) Start(ctx context.Context, n *birdlab.Node) error {
-	dyn, err := dynamic.NewForConfig(cs.c.Config)
-	if err != nil {
-		return err
-	}
 	if err := AnnotateBGP(ctx, cs.c.Client, n, nil); err != nil {
 		return err
 	}
-	if err := confdlab.CreateNode(ctx, cs.c.Client, dyn, confdlab.NodeOptions{
+	if err := confdlab.CreateNode(ctx, cs.c.Client, cs.dyn, confdlab.NodeOptions{
 		API: cs.opts.API, Name: n.Name, Address: n.Address, AS: cs.lab.MeshConfig(n, nil).AS, Block: n.Route,
 	}); err != nil {
 		return err
