@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -85,7 +86,17 @@ func TestS12ControllerDownConfd(t *testing.T) {
 	for _, n := range first {
 		confdRendersRebound(ctx, t, cs, n, birdlab.Others(lab.Nodes, n))
 	}
-	metric(t, "s12_confd_joined_rendered", time.Since(joinedAt).Seconds(), "s")
+	// Until the last of the others' files was written, by the files' own
+	// modification times (not when this test's poll saw them).
+	var rendered time.Time
+	for _, n := range first {
+		st, err := os.Stat(scenario.ConfdConfig(dir)(n))
+		must(t, err)
+		if st.ModTime().After(rendered) {
+			rendered = st.ModTime()
+		}
+	}
+	metric(t, "s12_confd_joined_rendered", rendered.Sub(joinedAt).Seconds(), "s")
 	confdRendersRebound(ctx, t, cs, joiner, first)
 	n, err := c.Client.CoreV1().Nodes().Get(ctx, joiner.Name, metav1.GetOptions{})
 	must(t, err)
