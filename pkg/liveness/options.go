@@ -305,9 +305,8 @@ func (t *LeaseTracker) Observe(node string, renewTime time.Time, duration time.D
 		// not take every Lease for fresh (FirstSight).
 		s = leaseSeen{renewTime: renewTime, lease: Lease{RenewSeen: now, FirstSight: !ok}}
 	}
-	// The kubelet renews at a fixed quarter of the duration
-	// (NodeLeaseRenewIntervalFraction); an unset duration says nothing.
-	s.lease.RenewInterval = duration / 4
+	// An unset duration says nothing (RenewInterval is zero).
+	s.lease.RenewInterval = RenewInterval(duration)
 	t.leases[node] = s
 }
 
