@@ -238,7 +238,7 @@ func (p *planes) disagreement(name string) (Disagreement, bool) {
 	if !v.LeaseFirstSight {
 		at.renewed = v.LeaseRenewSeen
 	}
-	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, at)
+	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, nil, at)
 	if g.watchers >= 2 && g.refuted >= Quorum(g.watchers) {
 		return Disagreement{Reason: WatchersSayDead, Detail: fmt.Sprintf("%d of its %d gossip watchers (%s) say Dead since before a renewal of its Lease: %s",
 			g.refuted, g.watchers, strings.Join(g.refutedVoters, ", "), renewed)}, true

@@ -101,3 +101,50 @@ func TestPlanEvidenceOfLife(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanS16OneNodeReachesTheAPI: node-0's kubelet and agent still reach
+// the API; the kubelets and agents of node-1 to node-5 lost it together,
+// long past the prune grace, while gossip among all agents works. node-0's
+// agent reads every other node Alive after the loss; the others' last
+// reads predate it. Every worker stays in, on evidence of life (not only
+// because a leave of five would freeze the set).
+func TestPlanS16OneNodeReachesTheAPI(t *testing.T) {
+	ago := func(d time.Duration) time.Time { return t0.Add(-d) }
+	var names []string
+	for i := range 6 {
+		names = append(names, "node-"+string(rune('0'+i)))
+	}
+	in := Input{Leases: map[string]liveness.Lease{}, FirstSeen: map[string]time.Time{}, State: State{Nodes: map[string]NodeState{}}}
+	for i, name := range names {
+		// The workers' last reads: written before their Leases' last
+		// renewal was due again (the loss), within the report max age.
+		g := &liveness.GossipReport{ObservedAt: ago(100 * time.Second), Members: len(names)}
+		for _, m := range names {
+			if m != name {
+				g.Watches = append(g.Watches, liveness.Watch{Node: m, State: liveness.GossipAlive, Since: ago(time.Hour)})
+			}
+		}
+		in.State.Nodes[name] = inSet(time.Time{})
+		if i == 0 {
+			in.Nodes = append(in.Nodes, ready(name, i+1, ago(time.Hour)))
+			in.Leases[name] = liveness.Lease{RenewSeen: ago(time.Second), RenewInterval: 10 * time.Second}
+			in.FirstSeen[name] = ago(time.Hour)
+			g.ObservedAt = ago(time.Second)
+		} else {
+			in.Nodes = append(in.Nodes, notReady(name, i+1, ago(50*time.Second)))
+			in.Leases[name] = liveness.Lease{RenewSeen: ago(95 * time.Second), RenewInterval: 10 * time.Second}
+			in.FirstSeen[name] = ago(50 * time.Second)
+		}
+		in.Reports = append(in.Reports, Report{Reporter: name, Gossip: g})
+	}
+	res := Plan(in, t0)
+	if len(res.Changes) != 0 {
+		t.Errorf("changes %v, want none", changeNames(res.Changes))
+	}
+	for _, name := range names[1:] {
+		if d := decisionOf(res, name); !d.InSet || d.Reason != InSessionUp {
+			t.Errorf("%s: in %v, %s: %s; want kept on evidence of life (%s)", name, d.InSet, d.Reason, d.Message, InSessionUp)
+		}
+	}
+	checkIdempotent(t, in, t0, res)
+}
