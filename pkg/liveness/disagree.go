@@ -234,10 +234,21 @@ func (p *planes) disagreement(name string) (Disagreement, bool) {
 	// dies is voted Dead within seconds, often before its Lease has had
 	// time to go stale, and distrusting it then would delay every real
 	// death to upstream's grace.
+	//
+	// A death followed by a return is no lie either: its Lease went
+	// stale after the Dead votes began, and renews again while the
+	// watchers' last reads still say Dead (they catch up within a report
+	// cycle). Only a Dead claim that renewals contradicted while it
+	// lasted, with no stale gap in between, is one. A rolling reboot
+	// returns every node in turn; distrusting each return would stop
+	// early judgement cluster-wide (HoldShare) and hold the next real
+	// death of each returned node for the window.
 	at := loss{seen: p.deadSeen()}
 	if !v.LeaseFirstSight {
 		at.renewed = v.LeaseRenewSeen
 	}
+	lease := p.in.Leases[name]
+	at.returned = func(began time.Time) bool { return lease.StaleAfter(began, p.opts.LeaseMargin) }
 	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, nil, at)
 	if g.watchers >= 2 && g.refuted >= Quorum(g.watchers) {
 		return Disagreement{Reason: WatchersSayDead, Detail: fmt.Sprintf("%d of its %d gossip watchers (%s) say Dead since before a renewal of its Lease: %s",

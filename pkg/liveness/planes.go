@@ -38,6 +38,54 @@ type Lease struct {
 	// renewing, so that a node cut off with the rest is no target in the
 	// moments before its first-sight Lease goes stale.
 	FirstSight bool
+	// Gaps are the longest gaps between two renewals this process
+	// watched, oldest first, each longer than every later one (a
+	// suffix maximum: a gap shorter than a later one says nothing the
+	// later one does not), at most maxLeaseGaps. LeaseTracker keeps them.
+	// They tell a return from a lie: a node that died and came back has
+	// a gap longer than the renew interval plus the margin after its
+	// death was claimed (StaleAfter); a forged death has none.
+	Gaps []LeaseGap
+}
+
+// LeaseGap is a time between two renewals rebound watched, on its clock.
+type LeaseGap struct{ From, To time.Time }
+
+// maxLeaseGaps bounds Lease.Gaps. Dropping the oldest can only hide a
+// gap, which makes a return look like a lie: the side that holds early
+// judgement.
+const maxLeaseGaps = 8
+
+// addGap records a gap between two watched renewals (Lease.Gaps).
+func (l *Lease) addGap(g LeaseGap) {
+	d := g.To.Sub(g.From)
+	for len(l.Gaps) > 0 {
+		last := l.Gaps[len(l.Gaps)-1]
+		if last.To.Sub(last.From) > d {
+			break
+		}
+		l.Gaps = l.Gaps[:len(l.Gaps)-1]
+	}
+	l.Gaps = append(l.Gaps, g)
+	if len(l.Gaps) > maxLeaseGaps {
+		l.Gaps = slices.Delete(l.Gaps, 0, len(l.Gaps)-maxLeaseGaps)
+	}
+}
+
+// StaleAfter reports whether, after at, the Lease went stale (no renewal
+// for the renew interval plus margin) and was seen renewed again: a gap
+// between two watched renewals that ends after at and is longer than that.
+// The first gap of Gaps that ends after at is the longest of those.
+func (l Lease) StaleAfter(at time.Time, margin time.Duration) bool {
+	if l.RenewInterval <= 0 {
+		return false
+	}
+	for _, g := range l.Gaps {
+		if g.To.After(at) {
+			return g.To.Sub(g.From) > l.RenewInterval+margin
+		}
+	}
+	return false
 }
 
 // StaleAt is when the Lease plane calls the node gone if no renewal is
@@ -135,6 +183,9 @@ type gossipPlane struct {
 	// Lease renewal rebound watched since.
 	before, refuted int
 	refutedVoters   []string
+	// returned counts the Dead votes of a death its Lease then confirmed
+	// (stale after it began) before renewing again: a return.
+	returned int
 	// witnesses counts the Alive reads, after the loss, of reporters
 	// that are not its ring watchers but reach the API (witness).
 	witnesses int
@@ -169,6 +220,10 @@ type loss struct {
 	// dead, so whatever the watcher probed was not the node's host (a
 	// forged address), or its probes lie.
 	renewed time.Time
+	// returned, when set, says whether the Lease went stale after a
+	// death began and renewed since (Lease.StaleAfter): such a Dead vote
+	// is a death followed by a return, not refuted, and no lie.
+	returned func(began time.Time) bool
 }
 
 // gossipVotes tallies node's watchers. ring holds the reporters with a
@@ -214,6 +269,10 @@ func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, vote
 				continue
 			}
 			if !at.renewed.IsZero() && !began.IsZero() && began.Before(at.renewed) {
+				if at.returned != nil && at.returned(began) {
+					g.returned++
+					continue
+				}
 				g.refuted++
 				g.refutedVoters = append(g.refutedVoters, w)
 				continue
