@@ -183,6 +183,7 @@ type gossipPlane struct {
 	// Lease renewal rebound watched since.
 	before, refuted int
 	refutedVoters   []string
+	refutedFrom     time.Time // the earliest refuted vote's death
 	// returned counts the Dead votes of a death its Lease then confirmed
 	// (stale after it began) before renewing again: a return.
 	returned int
@@ -275,6 +276,9 @@ func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, vote
 				}
 				g.refuted++
 				g.refutedVoters = append(g.refutedVoters, w)
+				if g.refutedFrom.IsZero() || began.Before(g.refutedFrom) {
+					g.refutedFrom = began
+				}
 				continue
 			}
 			g.down++
