@@ -46,41 +46,26 @@ type Rule struct {
 	Name RuleName
 	// Life: a match is evidence of life, and holds every destructive act.
 	Life bool
-	// Match says why v matches, or "" when it does not.
-	Match func(v NodeVerdict) string
+	// Match says whether v matches, and why in words.
+	Match func(v NodeVerdict) (why string, ok bool)
 }
 
 // Rules is the table, in order.
 var Rules = []Rule{
-	{Name: RuleCutOff, Life: true, Match: func(v NodeVerdict) string {
-		if v.Verdict != CutOffFromAPI {
-			return ""
-		}
-		return "cut off from the API, not dead: " + v.Reason
+	{Name: RuleCutOff, Life: true, Match: func(v NodeVerdict) (string, bool) {
+		return "cut off from the API, not dead: " + v.Reason, v.Verdict == CutOffFromAPI
 	}},
-	{Name: RuleVeto, Life: true, Match: func(v NodeVerdict) string {
-		if v.Veto == "" {
-			return ""
-		}
-		return "a live observer vetoes its death: " + v.Veto
+	{Name: RuleVeto, Life: true, Match: func(v NodeVerdict) (string, bool) {
+		return "a live observer vetoes its death: " + v.Veto, v.Veto != ""
 	}},
-	{Name: RuleLeaseRenewing, Life: true, Match: func(v NodeVerdict) string {
-		if !v.LeaseFresh() {
-			return ""
-		}
-		return fmt.Sprintf("its kubelet reaches the API: rebound watched its Lease renew at %s (stale only from %s)", stamp(v.LeaseRenewSeen), stamp(v.LeaseStaleAt))
+	{Name: RuleLeaseRenewing, Life: true, Match: func(v NodeVerdict) (string, bool) {
+		return fmt.Sprintf("its kubelet reaches the API: rebound watched its Lease renew at %s (stale only from %s)", stamp(v.LeaseRenewSeen), stamp(v.LeaseStaleAt)), v.LeaseFresh()
 	}},
-	{Name: RuleDeadEarly, Match: func(v NodeVerdict) string {
-		if v.Verdict != Dead || !v.Early {
-			return ""
-		}
-		return v.Reason
+	{Name: RuleDeadEarly, Match: func(v NodeVerdict) (string, bool) {
+		return v.Reason, v.Verdict == Dead && v.Early
 	}},
-	{Name: RuleDead, Match: func(v NodeVerdict) string {
-		if v.Verdict != Dead {
-			return ""
-		}
-		return v.Reason
+	{Name: RuleDead, Match: func(v NodeVerdict) (string, bool) {
+		return v.Reason, v.Verdict == Dead
 	}},
 }
 
@@ -88,7 +73,7 @@ var Rules = []Rule{
 // RuleNone and the verdict's reason when none does.
 func (v NodeVerdict) Rule() (Rule, string) {
 	for _, r := range Rules {
-		if why := r.Match(v); why != "" {
+		if why, ok := r.Match(v); ok {
 			return r, why
 		}
 	}
