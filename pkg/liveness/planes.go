@@ -382,15 +382,27 @@ func newPlanes(in Input, byName map[string]Node, now time.Time, opts Options) *p
 	}
 	slices.Sort(p.ring)
 	p.sorted = newRingOrder(p.ring)
+	// Only a node that can be lost needs witnesses: NotReady, or its
+	// Lease not fresh (a Ready node whose Lease renews is judged by
+	// nothing early).
 	p.witnessed = map[string][]aliveRead{}
+	for name, n := range byName {
+		var v NodeVerdict
+		if _, known := p.lease(name, &v); !n.Ready || (known && v.LeaseStale) {
+			p.witnessed[name] = nil
+		}
+	}
+	if len(p.witnessed) == 0 {
+		return p
+	}
 	for _, r := range p.ring {
 		if !p.reachesAPI(r) {
 			continue
 		}
 		g := p.gossip[r]
 		for _, w := range g.Watches {
-			if w.State == GossipAlive {
-				p.witnessed[w.Node] = append(p.witnessed[w.Node], aliveRead{by: r, read: g.ObservedAt, since: w.Since})
+			if reads, lost := p.witnessed[w.Node]; lost && w.State == GossipAlive {
+				p.witnessed[w.Node] = append(reads, aliveRead{by: r, read: g.ObservedAt, since: w.Since})
 			}
 		}
 	}
