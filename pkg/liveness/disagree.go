@@ -305,11 +305,13 @@ func (p *planes) disagreement(name string) (Disagreement, bool) {
 
 // answersAfter names the first reporter (in reporter order) whose fresh
 // gossip read, written after at, has node Alive or its host answering
-// (MemberDown), or "" when none does.
+// (MemberDown), or "" when none does. The read's time is its agent's
+// clock and at may be rebound's: a read up to MaxClockSkew before at
+// counts too, the side that counts a node toward the share.
 func (p *planes) answersAfter(node string, at time.Time) string {
 	for _, r := range p.ring {
 		g := p.gossip[r]
-		if w, ok := g.Of(node); ok && (w.State == GossipAlive || w.State == GossipMemberDown) && g.ObservedAt.After(at) {
+		if w, ok := g.Of(node); ok && (w.State == GossipAlive || w.State == GossipMemberDown) && g.ObservedAt.After(at.Add(-p.opts.MaxClockSkew)) {
 			return r
 		}
 	}
