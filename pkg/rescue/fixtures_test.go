@@ -2,6 +2,7 @@ package rescue
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -32,8 +33,22 @@ func newWorld(now time.Time) *world {
 	}}
 }
 
-// node adds a node in zone z. status is its Ready condition's status.
+// node adds a node in zone z. status is its Ready condition's status. A
+// NotReady node also gets the NoSchedule taint kube-controller-manager puts
+// on it at once, whatever its zone's state (not-ready for False,
+// unreachable otherwise), unless taints name one: withoutNoSchedule takes
+// it off for the rows about the moment before it comes.
 func (w *world) node(name, z string, status corev1.ConditionStatus, since time.Time, taints ...corev1.Taint) *corev1.Node {
+	if status != corev1.ConditionTrue {
+		key := corev1.TaintNodeUnreachable
+		if status == corev1.ConditionFalse {
+			key = corev1.TaintNodeNotReady
+		}
+		if !slices.ContainsFunc(taints, func(t corev1.Taint) bool { return t.Key == key && t.Effect == corev1.TaintEffectNoSchedule }) {
+			added := metav1.NewTime(since)
+			taints = append(taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &added})
+		}
+	}
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name),
 			Labels: map[string]string{zone.LabelTopologyZone: z, zone.LabelTopologyRegion: "r1"}},
@@ -55,6 +70,14 @@ func (w *world) zoneOf(z string, ready, down int) {
 	for i := range down {
 		w.node(fmt.Sprintf("%s-down-%d", z, i), z, corev1.ConditionUnknown, t0)
 	}
+}
+
+// withoutNoSchedule takes kube-controller-manager's NoSchedule taints off a
+// node: the moment between its NotReady flip and the taint.
+func withoutNoSchedule(n *corev1.Node) {
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule && (t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady)
+	})
 }
 
 func noExecute(key string, added time.Time) corev1.Taint {

@@ -261,6 +261,9 @@ type planner struct {
 	// deleteRecords are rebound's own records of its deletes
 	// (DeleteRecords), read once when a pass meets a Terminating pod.
 	deleteRecords []DeleteRecord
+	// siblings groups the examined pods by controller and node: the
+	// record of a rescue already done there (landback.go).
+	siblings map[sibKey][]*corev1.Pod
 }
 
 // PlanFor decides, from a snapshot, which critical pods are stranded and
@@ -326,6 +329,7 @@ func PlanFor(s Snapshot) Plan {
 	}
 	p.idx = indexOwners(&s, found)
 	p.idx.notReady = notReady
+	p.siblings = indexSiblings(found)
 	for _, e := range found {
 		p.examine(e)
 	}
@@ -594,6 +598,15 @@ func (p *planner) examine(e examined) {
 			cp.Node, p.now.Sub(cp.NotReadySince).Round(time.Second), rule.maxUnavailable, formatTime(cp.Deadline))
 		cp.Reason += p.clockRestartNote(node, rule)
 		p.wake(cp.Deadline)
+	case node.alive != "" && w.Class == ClassStateless && !cp.Terminating:
+		// Not stranded: a witness that reaches the API sees the node
+		// alive, so the API, or the path to it, is what it lost. Stateful
+		// pods hold on their own rule (fencing, then the signals'
+		// disagreement).
+		cp.Decision = DecisionHeld
+		cp.Reason = fmt.Sprintf("node %s NotReady for %s, past maxUnavailableTime %s, yet a witness that reaches the API sees it alive (%s): a node seen alive is not stranded, whatever its Lease and Ready flag say; its pods stay, as upstream leaves them, and are planned again every %s and when the verdict changes",
+			cp.Node, p.now.Sub(cp.NotReadySince).Round(time.Second), rule.maxUnavailable, node.alive, evidenceRecheck)
+		p.wake(p.now.Add(evidenceRecheck))
 	default:
 		cp.Stranded = true
 		p.critical = append(p.critical, cp)

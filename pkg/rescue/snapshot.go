@@ -246,9 +246,7 @@ func indexNodes(nodes []*corev1.Node, verdicts map[string]liveness.NodeVerdict, 
 			}
 			if v, ok := verdicts[n.Name]; ok && v.Verdict != liveness.Alive {
 				ns.observed = v.Since
-				if v.Verdict == liveness.CutOffFromAPI {
-					ns.alive = v.Reason
-				}
+				ns.alive = evidenceOfLife(v)
 			}
 			if v, ok := verdicts[n.Name]; ok {
 				ns.leaseStaleAt, ns.leaseRenewSeen = v.LeaseStaleAt, v.LeaseRenewSeen
