@@ -89,7 +89,6 @@ func outOfService() corev1.Taint {
 	return corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
 }
 
-func ptr[T any](v T) *T { return &v }
 
 // defaultTolerations are what the DefaultTolerationSeconds admission plugin
 // adds to every pod: 300 s for not-ready and unreachable.

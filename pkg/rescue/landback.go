@@ -75,11 +75,7 @@ func barrierOf(pod *corev1.Pod, n *corev1.Node, readyStatus corev1.ConditionStat
 		}, true); untolerated {
 		return barrier{keepsOff: &t}
 	}
-	key := corev1.TaintNodeUnreachable
-	if readyStatus == corev1.ConditionFalse {
-		key = corev1.TaintNodeNotReady
-	}
-	awaited := &corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule}
+	awaited := ptr(NotReadyTaint(readyStatus))
 	if readyStatus == corev1.ConditionTrue {
 		// A node the API has Ready gets no taint from upstream yet; only
 		// rebound's own mark (pkg/unreachable) could come.
@@ -90,6 +86,21 @@ func barrierOf(pod *corev1.Pod, n *corev1.Node, readyStatus corev1.ConditionStat
 	}
 	return barrier{awaited: awaited}
 }
+
+// NotReadyTaint is the NoSchedule taint kube-controller-manager puts on
+// a node whose Ready condition has status readyStatus, at once and
+// whatever its zone's state (its TaintNodeByCondition pass):
+// node.kubernetes.io/not-ready for False, node.kubernetes.io/unreachable
+// for Unknown or no condition.
+func NotReadyTaint(readyStatus corev1.ConditionStatus) corev1.Taint {
+	key := corev1.TaintNodeUnreachable
+	if readyStatus == corev1.ConditionFalse {
+		key = corev1.TaintNodeNotReady
+	}
+	return corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // KeepsOff reports whether node n, as read now, still bars a replacement
 // the way the plan's taint did (Action.KeepsOff): the executor's re-check
