@@ -89,7 +89,6 @@ func outOfService() corev1.Taint {
 	return corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
 }
 
-
 // defaultTolerations are what the DefaultTolerationSeconds admission plugin
 // adds to every pod: 300 s for not-ready and unreachable.
 func defaultTolerations(seconds *int64) []corev1.Toleration {

@@ -89,8 +89,10 @@ func TestOneRescueOneDelete(t *testing.T) {
 			nextCheck: at(200*time.Millisecond + noTargetRecheck),
 		},
 		{
-			name:      "only the NoExecute taint, which the pod tolerates for 300 s: the scheduler would place the replacement there, so no delete",
-			world:     mk(at(time.Second), func(w *world) { w.s.Nodes[3].Spec.Taints = []corev1.Taint{noExecute(corev1.TaintNodeUnreachable, at(100*time.Millisecond))} }),
+			name: "only the NoExecute taint, which the pod tolerates for 300 s: the scheduler would place the replacement there, so no delete",
+			world: mk(at(time.Second), func(w *world) {
+				w.s.Nodes[3].Spec.Taints = []corev1.Taint{noExecute(corev1.TaintNodeUnreachable, at(100*time.Millisecond))}
+			}),
 			decisions: map[string]Decision{coredns: DecisionNotYet},
 			reasons:   map[string]string{coredns: waiting},
 			nextCheck: at(time.Second + noTargetRecheck),
