@@ -102,7 +102,10 @@ spec:
 		}
 		stopped := time.Now()
 		if err := waitReadyOff(ctx, c, w, 2*time.Minute); err != nil {
-			t.Fatal(err)
+			// Count the deletes all the same: a delete loop elsewhere
+			// (one that uses up maxConcurrent) is what stalls a round.
+			t.Error(err)
+			continue
 		}
 		t.Logf("%s: a Ready replacement off %s %.1fs after its heartbeat stopped", w, w.PreferNode, time.Since(stopped).Seconds())
 	}
