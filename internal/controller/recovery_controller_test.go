@@ -33,6 +33,10 @@ var now = time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
 // Deployment web left at 0 by a scale bounce (ScaleRestore).
 func recoveryWorld() []client.Object {
 	ready := func(name string, status corev1.ConditionStatus, taints ...corev1.Taint) *corev1.Node {
+		if status != corev1.ConditionTrue {
+			// kube-controller-manager's, at once.
+			taints = append(taints, rescue.NotReadyTaint(status))
+		}
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"topology.kubernetes.io/zone": "a"}},
 			Spec: corev1.NodeSpec{Taints: taints},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status,

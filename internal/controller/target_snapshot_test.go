@@ -27,7 +27,13 @@ import (
 func TestSnapshotHoldsWhatTheTargetCheckReads(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 5, 0, 0, time.UTC)
 	node := func(name string, st corev1.ConditionStatus) *corev1.Node {
+		var taints []corev1.Taint
+		if st != corev1.ConditionTrue {
+			// kube-controller-manager's, at once.
+			taints = append(taints, rescue.NotReadyTaint(st))
+		}
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
+			Spec: corev1.NodeSpec{Taints: taints},
 			Status: corev1.NodeStatus{
 				Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourcePods: resource.MustParse("110")},
 				Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}}}

@@ -58,7 +58,11 @@ func TestTrimPodKeepsWhatThePlannerReads(t *testing.T) {
 	decide := func(pod *corev1.Pod) rescue.Decision {
 		now := time.Date(2026, 3, 1, 12, 5, 0, 0, time.UTC)
 		node := func(name string, st corev1.ConditionStatus) *corev1.Node {
-			return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+			var taints []corev1.Taint
+			if st != corev1.ConditionTrue {
+				taints = append(taints, rescue.NotReadyTaint(st))
+			}
+			return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Taints: taints}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
 				Type: corev1.NodeReady, Status: st, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}}}
 		}
 		pod.OwnerReferences = []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "db-1", UID: "rs", Controller: ptr.To(true)}}
@@ -285,7 +289,13 @@ func decideOnDownNode(t *testing.T, pod *corev1.Pod, others ...*corev1.Pod) resc
 	t.Helper()
 	now := time.Date(2026, 3, 1, 12, 5, 0, 0, time.UTC)
 	node := func(name string, st corev1.ConditionStatus) *corev1.Node {
+		var taints []corev1.Taint
+		if st != corev1.ConditionTrue {
+			// kube-controller-manager's, at once.
+			taints = append(taints, rescue.NotReadyTaint(st))
+		}
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
+			Spec: corev1.NodeSpec{Taints: taints},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
 				Type: corev1.NodeReady, Status: st, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}}}
 	}

@@ -376,7 +376,8 @@ func criticalImpact(cp *rescue.CriticalPod) Impact {
 	default:
 		// Act (not done yet), WaitingForFencing, ReportOnly, Suspended,
 		// NoTarget (nothing can run the replacement), Held (full
-		// disruption or a fenced node that appears alive).
+		// disruption, a node a witness that reaches the API sees alive,
+		// or a pod no taint keeps off its node, rescued once already).
 		return ImpactBlocking
 	}
 }

@@ -381,7 +381,7 @@ func TestExplain(t *testing.T) {
 			words:     []string{"no Ready node can run the replacement (cordoned (spec.unschedulable): node-0; NotReady: 4 node(s))", `"noTarget": 1`},
 		},
 	}, {
-		name: "S1 with BGP evidence that the node is alive: shown, the stateless pod still moves",
+		name: "S1 with BGP evidence that the node is alive: shown, the stateless pod held, not stranded",
 		world: func() *world {
 			w := s1(at(45 * time.Second))
 			w.s.Verdicts = map[string]liveness.NodeVerdict{"node-3": {Verdict: liveness.CutOffFromAPI, Reason: "node-2 reports a BGP session Established with it"}}
@@ -390,8 +390,9 @@ func TestExplain(t *testing.T) {
 		want: want{
 			blocking:  true,
 			zone:      "PartialDisruption",
-			decisions: map[string]rescue.Decision{"kube-system/calico-kube-controllers-5d4f-x0": rescue.DecisionAct},
-			words:     []string{`"nodeAlive": "node-2 reports a BGP session Established with it"`, "appears alive but cut off from the API"},
+			decisions: map[string]rescue.Decision{"kube-system/calico-kube-controllers-5d4f-x0": rescue.DecisionHeld},
+			words: []string{`"nodeAlive": "node-2 reports a BGP session Established with it"`,
+				"yet a witness that reaches the API sees it alive (node-2 reports a BGP session Established with it): a node seen alive is not stranded"},
 		},
 	}, {
 		name: "S4: a returned node waits for a dead peer still in the set",

@@ -42,7 +42,16 @@ func (w *world) explain() Report { return Explain(w.s, w.x) }
 func ptr[T any](v T) *T { return &v }
 
 // node adds a node in zone r1/z1 whose Ready condition has status since.
+// A NotReady node also carries the NoSchedule taint kube-controller-manager
+// puts on it at once (not-ready for False, unreachable otherwise).
 func (w *world) node(name string, status corev1.ConditionStatus, since time.Time, taints ...corev1.Taint) *corev1.Node {
+	if status != corev1.ConditionTrue {
+		key := corev1.TaintNodeUnreachable
+		if status == corev1.ConditionFalse {
+			key = corev1.TaintNodeNotReady
+		}
+		taints = append(taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule})
+	}
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name),
 			Labels: map[string]string{zone.LabelTopologyZone: "z1", zone.LabelTopologyRegion: "r1"}, Annotations: map[string]string{}},

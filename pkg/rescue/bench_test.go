@@ -47,8 +47,10 @@ func buildBenchSnapshot(sh benchShape) Snapshot {
 		var taints []corev1.Taint
 		if i%notReadyEvery == 0 {
 			status, since = corev1.ConditionUnknown, t0.Add(time.Duration(i%600)*time.Second)
+			added := metav1.NewTime(since)
+			taints = []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &added}}
 			if i%(2*notReadyEvery) == 0 {
-				taints = []corev1.Taint{noExecute(corev1.TaintNodeUnreachable, since.Add(40*time.Second))}
+				taints = append(taints, noExecute(corev1.TaintNodeUnreachable, since.Add(40*time.Second)))
 			}
 		}
 		z := zones[i%len(zones)]

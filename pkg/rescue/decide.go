@@ -149,6 +149,13 @@ type Action struct {
 	// the caller read the Leases and found none for the node (one found
 	// now refuses the delete). nil: the caller read no Leases.
 	LeaseRenewTime *time.Time
+	// KeepsOff is, on a delete or scale bounce, the taint of the pod's
+	// node that keeps the replacement from landing back there (for a
+	// cordon, node.kubernetes.io/unschedulable:NoSchedule); before a
+	// delete the executor re-reads the node and refuses if it no longer
+	// carries it (KeepsOff). nil: nothing could (the pod tolerates every
+	// taint), and the planner allowed one delete for the incident.
+	KeepsOff *corev1.Taint
 	// DryRun: the policy is in dry run; log the action, change nothing.
 	DryRun bool
 	// Reason names the rule, fit for an Event and a log line.

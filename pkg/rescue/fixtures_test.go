@@ -2,6 +2,7 @@ package rescue
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -32,8 +33,22 @@ func newWorld(now time.Time) *world {
 	}}
 }
 
-// node adds a node in zone z. status is its Ready condition's status.
+// node adds a node in zone z. status is its Ready condition's status. A
+// NotReady node also gets the NoSchedule taint kube-controller-manager puts
+// on it at once, whatever its zone's state (not-ready for False,
+// unreachable otherwise), unless taints name one: withoutNoSchedule takes
+// it off for the rows about the moment before it comes.
 func (w *world) node(name, z string, status corev1.ConditionStatus, since time.Time, taints ...corev1.Taint) *corev1.Node {
+	if status != corev1.ConditionTrue {
+		key := corev1.TaintNodeUnreachable
+		if status == corev1.ConditionFalse {
+			key = corev1.TaintNodeNotReady
+		}
+		if !slices.ContainsFunc(taints, func(t corev1.Taint) bool { return t.Key == key && t.Effect == corev1.TaintEffectNoSchedule }) {
+			added := metav1.NewTime(since)
+			taints = append(taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &added})
+		}
+	}
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name),
 			Labels: map[string]string{zone.LabelTopologyZone: z, zone.LabelTopologyRegion: "r1"}},
@@ -57,6 +72,14 @@ func (w *world) zoneOf(z string, ready, down int) {
 	}
 }
 
+// withoutNoSchedule takes kube-controller-manager's NoSchedule taints off a
+// node: the moment between its NotReady flip and the taint.
+func withoutNoSchedule(n *corev1.Node) {
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule && (t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady)
+	})
+}
+
 func noExecute(key string, added time.Time) corev1.Taint {
 	a := metav1.NewTime(added)
 	return corev1.Taint{Key: key, Effect: corev1.TaintEffectNoExecute, TimeAdded: &a}
@@ -65,8 +88,6 @@ func noExecute(key string, added time.Time) corev1.Taint {
 func outOfService() corev1.Taint {
 	return corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // defaultTolerations are what the DefaultTolerationSeconds admission plugin
 // adds to every pod: 300 s for not-ready and unreachable.

@@ -37,6 +37,20 @@
 //	                                                                      restarts a node grace period later (Plan.Disruption,
 //	                                                                      zone.Config.NodeMonitorGracePeriod), as
 //	                                                                      kube-controller-manager resets its probe times
+//	(*) its node seen alive by a witness that          Held               none: no scale bounce of a pod deleted before the
+//	    reaches the API (CutOffFromAPI, see below)                        evidence came, nor any other action
+//	(*) the node does not yet bar the replacement:     NotYet             none; the reason says it waits for the taint, so that
+//	    no NoSchedule/NoExecute taint the pod does                        the replacement cannot land back on the node (the
+//	    not tolerate (scheduler's own matcher), no                        scheduler has no Ready filter; a replacement bound
+//	    cordon, but kube-controller-manager's                             there is stranded at once, and a 0 s policy deleted
+//	    not-ready/unreachable:NoSchedule would bar it                     it again, four times for one rescue); re-planned on
+//	                                                                      the node's change and every 15 s
+//	(*) nothing can bar it (the pod tolerates every    Act, once          Delete, reason says "at most once for this incident";
+//	    taint), no rescue recorded for this incident                      the action carries no KeepsOff
+//	    ... a rescue recorded: the pod itself deleted  Held               none; read from the cluster, so a restarted
+//	        since the incident began, a Terminating                       controller holds too
+//	        pod of its owner on the node deleted since,
+//	        or the pod created since and bound there
 //	(*) no Ready, schedulable node admits the pod      NoTarget           none; reason lists each node's rejection (cordoned,
 //	    (target.go: taints, nodeSelector/affinity,                        taint, affinity, host port, resources, pod
 //	    host ports, requests vs allocatable minus                         (anti-)affinity, NotReady), naming the reservation
@@ -45,9 +59,15 @@
 //	    unseen replacements reserve)                                      the API has Ready but that is dead on both planes,
 //	                                                                      or whose Lease is stale on rebound's clock, is no
 //	                                                                      target for any policy
-//	stranded ReplicaSet/Deployment pod                 Act                Delete (graceful, UID precondition); on a node that
-//	                                                                      Snapshot.Verdicts says is CutOffFromAPI, the reason
-//	                                                                      old copy may still run until the node returns
+//	NotReady past maxUnavailableTime, but a witness    Held               none; not stranded (Stranded false): a node seen alive
+//	  that reaches the API sees it alive (verdict                         lost the API, or its path to it, not its life, whatever
+//	  CutOffFromAPI: a fresh gossip Alive read, an                        its Lease and Ready flag say; the reason names the
+//	  Established session), ReplicaSet pod                                evidence; NextCheck every 15 s, so that the pod is
+//	                                                                      rescued once the evidence ages out (verdict Unknown or
+//	                                                                      Dead: the rows below, as without agents)
+//	stranded ReplicaSet/Deployment pod                 Act                Delete (graceful, UID precondition), carrying the
+//	                                                                      taint that bars the replacement (Action.KeepsOff):
+//	                                                                      the executor refuses if the node lost it since
 //	  terminating, owner short, < replacement timeout  InFlight           none; NextCheck at the timeout
 //	  terminating, owner short, >= timeout,            Act                ScaleDown (if ScaleBounce allowed), recording the
 //	    0 replicas available                                              incident start (the node's NotReady transition) in
@@ -126,8 +146,10 @@ const (
 	DecisionNoTarget Decision = "NoTarget"
 	// DecisionHeld: actionable, but a safety signal says that acting could
 	// be worse than upstream's stall: every node is NotReady (full
-	// disruption: the control plane is the likelier side cut off), or a
-	// fenced node is CutOffFromAPI (Snapshot.Verdicts).
+	// disruption: the control plane is the likelier side cut off), the
+	// node is CutOffFromAPI (a witness that reaches the API sees it alive,
+	// Snapshot.Verdicts), or nothing can keep the replacement of a pod
+	// rescued once this incident from landing back on the node.
 	DecisionHeld Decision = "Held"
 )
 
@@ -261,6 +283,9 @@ type planner struct {
 	// deleteRecords are rebound's own records of its deletes
 	// (DeleteRecords), read once when a pass meets a Terminating pod.
 	deleteRecords []DeleteRecord
+	// siblings groups the examined pods by controller and node: the
+	// record of a rescue already done there (landback.go).
+	siblings map[sibKey][]*corev1.Pod
 }
 
 // PlanFor decides, from a snapshot, which critical pods are stranded and
@@ -326,6 +351,7 @@ func PlanFor(s Snapshot) Plan {
 	}
 	p.idx = indexOwners(&s, found)
 	p.idx.notReady = notReady
+	p.siblings = indexSiblings(found)
 	for _, e := range found {
 		p.examine(e)
 	}
@@ -594,6 +620,15 @@ func (p *planner) examine(e examined) {
 			cp.Node, p.now.Sub(cp.NotReadySince).Round(time.Second), rule.maxUnavailable, formatTime(cp.Deadline))
 		cp.Reason += p.clockRestartNote(node, rule)
 		p.wake(cp.Deadline)
+	case node.alive != "" && w.Class == ClassStateless && !cp.Terminating:
+		// Not stranded: a witness that reaches the API sees the node
+		// alive, so the API, or the path to it, is what it lost. Stateful
+		// pods hold on their own rule (fencing, then the signals'
+		// disagreement).
+		cp.Decision = DecisionHeld
+		cp.Reason = fmt.Sprintf("node %s NotReady for %s, past maxUnavailableTime %s, yet a witness that reaches the API sees it alive (%s): a node seen alive is not stranded, whatever its Lease and Ready flag say; its pods stay, as upstream leaves them, and are planned again every %s and when the verdict changes",
+			cp.Node, p.now.Sub(cp.NotReadySince).Round(time.Second), rule.maxUnavailable, node.alive, evidenceRecheck)
+		p.wake(p.now.Add(evidenceRecheck))
 	default:
 		cp.Stranded = true
 		p.critical = append(p.critical, cp)

@@ -172,7 +172,8 @@ func TestPlanFor(t *testing.T) {
 			name: "Normal zone, not tainted by the deadline: the estimate slipped, stranded",
 			world: func() *world {
 				w := s3(at(31 * time.Second))
-				w.s.Nodes[3].Spec.Taints = nil
+				// kube-controller-manager's NoSchedule taint stays.
+				w.s.Nodes[3].Spec.Taints = slices.DeleteFunc(w.s.Nodes[3].Spec.Taints, func(t corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute })
 				w.s.Pods[0].Spec.Tolerations = nil
 				return w
 			},

@@ -305,8 +305,10 @@ func TestNoTarget(t *testing.T) {
 	runPlanCases(t, tests)
 }
 
-// TestCutOffFromAPI: the liveness verdict CutOffFromAPI holds stateful
-// pods and is named in a stateless pod's reason.
+// TestCutOffFromAPI: the liveness verdict CutOffFromAPI (a witness that
+// reaches the API sees the node alive) holds every pod on the node:
+// stateless ones are not stranded, stateful ones wait for fencing and are
+// never force-deleted.
 func TestCutOffFromAPI(t *testing.T) {
 	const evidence = "node-2 reports a BGP session Established with it since 2026-03-01T12:00:10Z, after its NotReady transition"
 	alive := func(w *world) *world {
@@ -314,31 +316,48 @@ func TestCutOffFromAPI(t *testing.T) {
 		return w
 	}
 	sts := func(w *world, taints ...corev1.Taint) *world {
-		w.s.Nodes[3].Spec.Taints = taints
+		w.s.Nodes[3].Spec.Taints = append(w.s.Nodes[3].Spec.Taints, taints...)
 		w.pod("etcd-0", "node-3", "StatefulSet", "etcd")
 		return w
 	}
+	heldAlive := "yet a witness that reaches the API sees it alive (" + evidence + "): a node seen alive is not stranded"
 	tests := []planCase{
 		{
-			name:      "stateless pod on a node alive but cut off: Act, and the reason says so",
+			name:      "stateless pod on a node alive but cut off: Held, not stranded, the reason names the evidence",
 			world:     func() *world { return alive(s1(at(time.Minute))) },
-			decisions: map[string]Decision{coredns: DecisionAct},
-			reasons:   map[string]string{coredns: "node node-3 appears alive but cut off from the API (" + evidence + "): the old copy may run on"},
-			actions:   []string{"Delete kube-system/" + coredns},
+			decisions: map[string]Decision{coredns: DecisionHeld},
+			reasons:   map[string]string{coredns: heldAlive},
+			nextCheck: at(time.Minute + evidenceRecheck),
+			check: func(t *testing.T, p Plan) {
+				if p.Critical[0].Stranded || p.Policies[0].Stranded != 0 || p.Policies[0].Held != 1 {
+					t.Errorf("critical %+v, policy %+v: want held, not stranded", p.Critical[0], p.Policies[0])
+				}
+			},
+		},
+		{
+			name: "stateless pod deleted before the evidence came, replacement short past the timeout: no scale bounce",
+			world: func() *world {
+				w := alive(s1(at(5 * time.Minute)))
+				terminating(w.s.Pods[0], at(31*time.Second))
+				return w
+			},
+			decisions: map[string]Decision{coredns: DecisionHeld},
+			reasons:   map[string]string{coredns: "appears alive to a witness that reaches the API (" + evidence + "): a node seen alive is not stranded, so no ScaleDown"},
+			nextCheck: at(5*time.Minute + evidenceRecheck),
 		},
 		{
 			name:      "stateful pod, not fenced, alive: WaitingForFencing with the evidence",
 			world:     func() *world { return alive(sts(s1(at(time.Minute)))) },
-			decisions: map[string]Decision{coredns: DecisionAct, "etcd-0": DecisionWaitingForFencing},
+			decisions: map[string]Decision{coredns: DecisionHeld, "etcd-0": DecisionWaitingForFencing},
 			reasons:   map[string]string{"etcd-0": "appears alive but cut off from the API (" + evidence + ")"},
-			actions:   []string{"Delete kube-system/" + coredns},
+			nextCheck: at(time.Minute + evidenceRecheck),
 		},
 		{
 			name:      "stateful pod, fenced but alive: Held, never force-deleted",
 			world:     func() *world { return alive(sts(s1(at(time.Minute)), outOfService())) },
-			decisions: map[string]Decision{coredns: DecisionAct, "etcd-0": DecisionHeld},
+			decisions: map[string]Decision{coredns: DecisionHeld, "etcd-0": DecisionHeld},
 			reasons:   map[string]string{"etcd-0": "fenced (node.kubernetes.io/out-of-service:NoExecute) yet it appears alive (" + evidence + "): the two signals disagree"},
-			actions:   []string{"Delete kube-system/" + coredns},
+			nextCheck: at(time.Minute + evidenceRecheck),
 		},
 		{
 			name:      "stateful pod, fenced, no liveness evidence: ForceDelete",

@@ -66,9 +66,10 @@ type Snapshot struct {
 	// Verdicts are pkg/liveness's verdicts, by node name: the one model of
 	// life and death. A NotReady node's maxUnavailableTime clock never
 	// starts before its verdict's Since (rebound's own first sight of the
-	// NotReady state). On a CutOffFromAPI node a stateful pod never moves,
-	// even when fenced (the signals disagree, and two copies are worse
-	// than a stall), and a stateless pod may, with a reason that says so.
+	// NotReady state). A CutOffFromAPI node (a witness that reaches the
+	// API sees it alive) is not stranded: no pod of it moves, a stateful
+	// one not even when fenced (the signals disagree, and two copies are
+	// worse than a stall).
 	// nil, or a node missing: the API's transition alone, as upstream.
 	Verdicts map[string]liveness.NodeVerdict
 	// LeaseRenewTimes is each node's Lease spec.renewTime as read before
@@ -174,7 +175,7 @@ type nodeState struct {
 	// Since); zero without a verdict.
 	observed time.Time
 	// alive is the CutOffFromAPI verdict's evidence that the node still
-	// runs; "" otherwise.
+	// runs (evidenceOfLife); "" otherwise.
 	alive string
 	// ahead counts the untainted NotReady nodes of the same zone that
 	// upstream's taint queue serves before this one (see queuePositions).
@@ -246,9 +247,7 @@ func indexNodes(nodes []*corev1.Node, verdicts map[string]liveness.NodeVerdict, 
 			}
 			if v, ok := verdicts[n.Name]; ok && v.Verdict != liveness.Alive {
 				ns.observed = v.Since
-				if v.Verdict == liveness.CutOffFromAPI {
-					ns.alive = v.Reason
-				}
+				ns.alive = evidenceOfLife(v)
 			}
 			if v, ok := verdicts[n.Name]; ok {
 				ns.leaseStaleAt, ns.leaseRenewSeen = v.LeaseStaleAt, v.LeaseRenewSeen

@@ -1051,6 +1051,17 @@ func (p *planner) placeReplacement(c *candidate) (slot int, ok bool) {
 		p.wake(p.now.Add(noTargetRecheck))
 		return 0, false
 	}
+	if n := p.idx.notReady[cp.Node]; n != nil && n.alive != "" {
+		// The rescue began before a witness saw the node alive (the pod
+		// is Terminating): no scale bounce, nor any other action, now.
+		p.report(cp, DecisionHeld, "node %s appears alive to a witness that reaches the API (%s): a node seen alive is not stranded, so no %s; planned again every %s and when the verdict changes",
+			cp.Node, n.alive, c.act.Kind, evidenceRecheck)
+		p.wake(p.now.Add(evidenceRecheck))
+		return 0, false
+	}
+	if !p.landBackGate(c) {
+		return 0, false
+	}
 	t := p.targetIndex()
 	if !t.built {
 		t.build(p.snap, p.idx.notReady)
@@ -1071,10 +1082,6 @@ func (p *planner) placeReplacement(c *candidate) (slot int, ok bool) {
 		return 0, false
 	}
 	reason := c.act.Reason + fmt.Sprintf("; Ready node %s admits the replacement", node)
-	if n := p.idx.notReady[cp.Node]; n != nil && n.alive != "" {
-		reason += fmt.Sprintf("; node %s appears alive but cut off from the API (%s): the old copy may run on until the node returns, beside its replacement",
-			cp.Node, n.alive)
-	}
 	c.act.Reason, cp.Reason = reason, reason
 	return t.reserve(node, c.obj, "the replacement of "+cp.Key()+" planned in this pass"), true
 }

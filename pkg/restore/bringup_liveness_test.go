@@ -2,20 +2,24 @@ package restore
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/utils/ptr"
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering/kube"
 	"rebound/pkg/policyfile"
+	"rebound/pkg/rescue"
 )
 
 // TestBringupSnapshotSeesTheReports: restore bringup plans on the agents'
@@ -65,5 +69,32 @@ func TestBringupSnapshotSeesTheReports(t *testing.T) {
 	}
 	if snap.Defaults.ReplacementTimeout == 0 || snap.ZoneConfig.UnhealthyZoneThreshold == 0 {
 		t.Errorf("defaults %+v, zone config %+v: want the planner's defaults", snap.Defaults, snap.ZoneConfig)
+	}
+
+	// The bring-up plans with the controller's planner: a critical pod on
+	// the node node-0 sees alive is held, past maxUnavailableTime (the
+	// policy at 0 s; 300 s of tolerations keep upstream away), not
+	// deleted.
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns-5d4f", UID: "rs-1"},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1)}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns-5d4f-x1", UID: "p-1",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: "node-1", PriorityClassName: "system-cluster-critical", Tolerations: []corev1.Toleration{
+			{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	// A third look, a second on, sees node-0's Lease renewed: no stall.
+	s.heartbeat["node-0"] = now.Add(time.Second)
+	snap = b.snapshot(s, now.Add(time.Second), nil)
+	if v := snap.Verdicts["node-1"]; v.Verdict != liveness.CutOffFromAPI || !snap.Verdicts["node-0"].LeaseFresh() {
+		t.Fatalf("third look: node-1 %+v, node-0 %+v; want node-1 cut off, node-0's Lease fresh", v, snap.Verdicts["node-0"])
+	}
+	snap.Pods, snap.ReplicaSets = append(snap.Pods, pod), append(snap.ReplicaSets, rs)
+	zero := snap.Policies[0].DeepCopy()
+	zero.Spec.MaxUnavailableTime = &metav1.Duration{}
+	snap.Policies = []*v1alpha1.RecoveryPolicy{zero}
+	plan := rescue.PlanFor(snap)
+	if len(plan.Actions) != 0 || len(plan.Critical) != 1 || plan.Critical[0].Decision != rescue.DecisionHeld ||
+		!strings.Contains(plan.Critical[0].Reason, "a node seen alive is not stranded") {
+		t.Errorf("bring-up plan on a node seen alive: actions %v, critical %+v; want it held, nothing deleted", plan.Actions, plan.Critical)
 	}
 }

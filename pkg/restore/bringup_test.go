@@ -42,10 +42,14 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
+// node is a node in zone a; a NotReady one carries the NoSchedule taint
+// kube-controller-manager puts on it at once, which keeps a replacement
+// from landing back on it.
 func node(name string, ready bool, taints ...corev1.Taint) *corev1.Node {
 	status := corev1.ConditionTrue
 	if !ready {
 		status = corev1.ConditionUnknown
+		taints = append(taints, corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule})
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"topology.kubernetes.io/region": "r", "topology.kubernetes.io/zone": "a"}},

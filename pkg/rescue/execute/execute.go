@@ -6,7 +6,8 @@
 // rescue.PrependRecords) are pure and live with the planner.
 //
 // Every read here goes to the API server, never to an informer cache: every
-// delete re-reads the node and refuses if it is Ready now (or, for an
+// delete re-reads the node and refuses if it is Ready now, or no longer
+// carries the taint that keeps the replacement off it (or, for an
 // action a two-plane verdict decided, if the node's Lease was renewed
 // since, its rebound.dev/unreachable mark is gone, or the verdict no
 // longer holds), and a force delete also requires the
@@ -144,6 +145,12 @@ func (e *Executor) nodeStillDown(ctx context.Context, a rescue.Action, force boo
 			return o, false
 		}
 	}
+	if a.KeepsOff != nil && !rescue.KeepsOff(n, a.KeepsOff) {
+		// The replacement could land back on the node it is rescued
+		// from, and be stranded again the moment it is bound.
+		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s, re-read from the API just now, no longer carries %s, which the plan counted on to keep the replacement off it: not deleting",
+			a.Node, keepsOffWords(a.KeepsOff))}, false
+	}
 	if !force {
 		return Outcome{}, true
 	}
@@ -154,6 +161,14 @@ func (e *Executor) nodeStillDown(ctx context.Context, a rescue.Action, force boo
 	}
 	return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s, re-read from the API just now, no longer carries %s:NoExecute: not force-deleting",
 		a.Node, corev1.TaintNodeOutOfService)}, false
+}
+
+// keepsOffWords names the plan's barrier for people.
+func keepsOffWords(t *corev1.Taint) string {
+	if t.Key == corev1.TaintNodeUnschedulable && t.Effect == corev1.TaintEffectNoSchedule {
+		return "its cordon (spec.unschedulable)"
+	}
+	return "the taint " + t.Key + ":" + string(t.Effect)
 }
 
 // leaseUnchanged re-reads the node's Lease before a delete: a renewTime

@@ -120,6 +120,13 @@ func TestDeleteRereadsNode(t *testing.T) {
 	force := graceful
 	force.Kind = rescue.ActionForceDelete
 	outOfServiceNoSchedule := corev1.Taint{Key: corev1.TaintNodeOutOfService, Effect: corev1.TaintEffectNoSchedule}
+	// A delete planned on the taint that keeps the replacement off the
+	// node refuses when the node lost it meanwhile.
+	unreachableNoSchedule := corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule}
+	keptOff := graceful
+	keptOff.KeepsOff = &unreachableNoSchedule
+	cordoned := graceful
+	cordoned.KeepsOff = &corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
 	for _, tc := range []struct {
 		name   string
 		action rescue.Action
@@ -136,6 +143,9 @@ func TestDeleteRereadsNode(t *testing.T) {
 		{"graceful: Ready again since the plan", graceful, testNode(true), rescue.ResultRefused, "is Ready again"},
 		{"graceful: Ready again, fenced", graceful, testNode(true, fenced), rescue.ResultRefused, "is Ready again"},
 		{"graceful: node gone", graceful, nil, rescue.ResultSucceeded, "deleted"},
+		{"graceful, planned on the NoSchedule taint: still there", keptOff, testNode(false, unreachableNoSchedule), rescue.ResultSucceeded, "deleted"},
+		{"graceful, planned on the NoSchedule taint: gone since", keptOff, testNode(false), rescue.ResultRefused, "no longer carries the taint node.kubernetes.io/unreachable:NoSchedule"},
+		{"graceful, planned on a cordon: uncordoned since", cordoned, testNode(false), rescue.ResultRefused, "no longer carries its cordon"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := []runtime.Object{pod.DeepCopy()}

@@ -1,0 +1,209 @@
+package rescue
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+
+	"rebound/pkg/liveness"
+	"rebound/pkg/unreachable"
+)
+
+// A rescue deletes a pod so that its owner creates a replacement on a
+// Ready node. The scheduler has no filter for Ready: only a taint the
+// replacement does not tolerate (kube-controller-manager's
+// node.kubernetes.io/unreachable or not-ready NoSchedule, rebound's own
+// rebound.dev/unreachable), or a cordon, keeps it off the node the pod was
+// rescued from. A replacement that lands back there is stranded again the
+// moment it is bound, and a planner that deleted it again would delete in
+// a loop (one rescue, four deletes, all left Terminating on the dead node).
+// So before a delete the node must bar the replacement; where it does not
+// yet, the planner waits for the taint; where no taint can (the pod
+// tolerates every taint), it deletes at most once per incident, reading
+// "once" from the cluster (a Terminating pod of the same owner on the
+// node, or a pod of it created there since the incident began), so that
+// a restarted controller holds as well.
+
+// sibKey groups the examined pods by controller and node.
+type sibKey struct {
+	owner types.UID
+	node  string
+}
+
+// indexSiblings groups the examined pods by owner and node.
+func indexSiblings(found []examined) map[sibKey][]*corev1.Pod {
+	out := make(map[sibKey][]*corev1.Pod)
+	for _, e := range found {
+		uid, kind := ownerOf(e.pod)
+		if kind == "" {
+			continue
+		}
+		k := sibKey{uid, e.pod.Spec.NodeName}
+		out[k] = append(out[k], e.pod)
+	}
+	return out
+}
+
+// barrier is what keeps a replacement of pod off node n.
+type barrier struct {
+	// keepsOff is the taint that bars the replacement now (for a cordon,
+	// node.kubernetes.io/unschedulable:NoSchedule, the form the scheduler
+	// checks it in); nil when nothing does.
+	keepsOff *corev1.Taint
+	// awaited is, when nothing bars it yet, the taint kube-controller-
+	// manager puts on the node for its Ready status, which the pod does
+	// not tolerate; nil when the pod tolerates it as well: no taint can
+	// keep the replacement off.
+	awaited *corev1.Taint
+}
+
+// barrierOf applies the scheduler's own tests (component-helpers, as
+// target.go's) with the pod's tolerations, which its replacement shares.
+func barrierOf(pod *corev1.Pod, n *corev1.Node, readyStatus corev1.ConditionStatus) barrier {
+	log := logr.Discard()
+	unschedulable := &corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+	if n.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(log, pod.Spec.Tolerations, unschedulable, true) {
+		return barrier{keepsOff: unschedulable}
+	}
+	if t, untolerated := corev1helpers.FindMatchingUntoleratedTaint(log, n.Spec.Taints, pod.Spec.Tolerations,
+		func(t *corev1.Taint) bool {
+			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+		}, true); untolerated {
+		return barrier{keepsOff: &t}
+	}
+	awaited := ptr(NotReadyTaint(readyStatus))
+	if readyStatus == corev1.ConditionTrue {
+		// A node the API has Ready gets no taint from upstream yet; only
+		// rebound's own mark (pkg/unreachable) could come.
+		awaited = &corev1.Taint{Key: unreachable.TaintKey, Effect: corev1.TaintEffectNoSchedule}
+	}
+	if corev1helpers.TolerationsTolerateTaint(log, pod.Spec.Tolerations, awaited, true) {
+		return barrier{}
+	}
+	return barrier{awaited: awaited}
+}
+
+// NotReadyTaint is the NoSchedule taint kube-controller-manager puts on
+// a node whose Ready condition has status readyStatus, at once and
+// whatever its zone's state (its TaintNodeByCondition pass):
+// node.kubernetes.io/not-ready for False, node.kubernetes.io/unreachable
+// for Unknown or no condition.
+func NotReadyTaint(readyStatus corev1.ConditionStatus) corev1.Taint {
+	key := corev1.TaintNodeUnreachable
+	if readyStatus == corev1.ConditionFalse {
+		key = corev1.TaintNodeNotReady
+	}
+	return corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// KeepsOff reports whether node n, as read now, still bars a replacement
+// the way the plan's taint did (Action.KeepsOff): the executor's re-check
+// before a delete.
+func KeepsOff(n *corev1.Node, t *corev1.Taint) bool {
+	if t.Key == corev1.TaintNodeUnschedulable && t.Effect == corev1.TaintEffectNoSchedule && n.Spec.Unschedulable {
+		return true
+	}
+	return slices.ContainsFunc(n.Spec.Taints, func(have corev1.Taint) bool { return have.MatchTaint(t) })
+}
+
+// landBackGate decides whether the delete (or scale bounce) candidate c
+// may go ahead as far as where its replacement can land: ok with the
+// barrier recorded on the action, or a decision (NotYet or Held) set.
+func (p *planner) landBackGate(c *candidate) bool {
+	cp := &p.critical[c.pod]
+	node := p.idx.notReady[cp.Node]
+	if node == nil {
+		return true
+	}
+	b := barrierOf(c.obj, node.node, node.readyStatus)
+	switch {
+	case b.keepsOff != nil:
+		c.act.KeepsOff = b.keepsOff
+		if c.act.Kind != ActionScaleDown {
+			c.act.Reason += fmt.Sprintf("; node %s carries %s, which the replacement does not tolerate, so it cannot land back there",
+				cp.Node, keepsOffString(b.keepsOff))
+		}
+		return true
+	case b.awaited != nil:
+		p.report(cp, DecisionNotYet, "waiting for node %s to be tainted %s, so that the replacement cannot land back on it (the scheduler has no Ready filter: without the taint it may put the replacement on the NotReady node, and a second rescue would follow); re-planned when the node changes, and every %s; then: %s",
+			cp.Node, taintString(b.awaited), noTargetRecheck, c.act.Reason)
+		p.wake(p.now.Add(noTargetRecheck))
+		return false
+	}
+	if done := p.rescuedThisIncident(c.obj, node); done != "" {
+		p.report(cp, DecisionHeld, "the pod tolerates every taint that could keep its replacement off node %s (a toleration with operator Exists and no key tolerates them all), so a replacement can land back on the NotReady node, and %s: rebound rescues such a pod at most once per incident and holds now rather than delete in a loop; it runs again when the node returns, or remove the node (or the toleration) to move it",
+			cp.Node, done)
+		return false
+	}
+	if c.act.Kind != ActionScaleDown {
+		c.act.Reason += fmt.Sprintf("; no taint can keep the replacement off node %s (the pod tolerates every taint): deleted at most once for this incident, then held",
+			cp.Node)
+	}
+	return true
+}
+
+// rescuedThisIncident says how the cluster records a rescue of pod's
+// owner off node since the node's trouble began (its incident): pod
+// itself, or another pod of its owner on the node, Terminating with its
+// deletion requested since; or pod itself created since, bound to the
+// node: a replacement that landed back. "" when none: whoever deleted, a
+// second delete would only repeat what did not move the pod.
+func (p *planner) rescuedThisIncident(pod *corev1.Pod, node *nodeState) string {
+	since := node.incident
+	uid, kind := ownerOf(pod)
+	if pod.DeletionTimestamp != nil && !deletionRequestedAt(pod).Before(since) {
+		return fmt.Sprintf("the pod itself was deleted at %s, after the node's trouble began at %s", formatTime(deletionRequestedAt(pod)), formatTime(since))
+	}
+	if !pod.CreationTimestamp.Time.Before(since) && !pod.CreationTimestamp.IsZero() {
+		return fmt.Sprintf("the pod itself was created at %s, after the node's trouble began at %s, and bound to it: a replacement that landed back", formatTime(pod.CreationTimestamp.Time), formatTime(since))
+	}
+	if kind == "" {
+		return ""
+	}
+	for _, s := range p.siblings[sibKey{uid, node.node.Name}] {
+		if s == pod || s.DeletionTimestamp == nil {
+			continue
+		}
+		if at := deletionRequestedAt(s); !at.Before(since) {
+			return fmt.Sprintf("pod %s of the same %s on that node was deleted at %s, after the node's trouble began at %s (its replacement is this pod, or may land there too)",
+				s.Name, kind, formatTime(at), formatTime(since))
+		}
+	}
+	return ""
+}
+
+// keepsOffString names a barrier for people.
+func keepsOffString(t *corev1.Taint) string {
+	if t.Key == corev1.TaintNodeUnschedulable && t.Effect == corev1.TaintEffectNoSchedule {
+		return "a cordon (spec.unschedulable)"
+	}
+	return "taint " + taintString(t)
+}
+
+// evidenceOfLife is the liveness verdict's first-hand evidence that a
+// NotReady node runs, seen by a witness that reaches the API (a fresh
+// gossip Alive read, an Established BGP session), "" when none. A node seen
+// alive is not stranded: it lost the API, or its path to it, not its life.
+// pkg/liveness is to publish this predicate itself
+// (NodeVerdict.EvidenceOfLife); this stands in for it until then.
+func evidenceOfLife(v liveness.NodeVerdict) string {
+	if v.Verdict != liveness.CutOffFromAPI {
+		return ""
+	}
+	if v.Reason == "" {
+		return "verdict " + string(v.Verdict)
+	}
+	return v.Reason
+}
+
+// evidenceRecheck is how often a pod held by evidence of life is planned
+// again without new input: the verdict carries no expiry of its evidence,
+// so the planner looks again, and a verdict that no longer holds lets it
+// act at once (the pod's maxUnavailableTime has long run out).
+const evidenceRecheck = noTargetRecheck
