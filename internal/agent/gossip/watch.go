@@ -4,6 +4,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"rebound/pkg/liveness"
@@ -74,6 +75,9 @@ type probeTarget struct {
 	// DefaultProbeAttempts times; a Dead member's re-probe only looks for
 	// an answer.
 	confirm bool
+	// witness: a probe of a node the Lease plane lost, which self
+	// witnesses (probedWitness).
+	witness bool
 }
 
 // probeResult is one probe's outcome.
@@ -107,11 +111,30 @@ type tracker struct {
 	// pruneAt is when the first dead member's retention ends; zero when
 	// none is dead.
 	pruneAt time.Time
+
+	// The witnesses (witness.go). margin is the Lease plane's
+	// (liveness.DefaultLeaseMargin unless set).
+	margin time.Duration
+	// lost and renewing are the nodes whose Lease is stale, and those
+	// whose Lease renews, at the last leasesSeen.
+	lost, renewing map[string]bool
+	// witnesses are the lost nodes self witnesses, beside its ring
+	// watches (never the same node).
+	witnesses map[string]*watchState
+	// witnessChanged: the Lease plane or the ring changed since the
+	// witness list was computed.
+	witnessChanged bool
+	// rewrite: write the read again though it says the same.
+	rewrite bool
+	// ring is self and the members in ring order, nil until computed
+	// after a change; ringAt each one's place in it.
+	ring   []string
+	ringAt map[string]int
 }
 
 func newTracker(book AddressBook, self string, k int, retention, recheck time.Duration) *tracker {
-	return &tracker{book: book, self: self, k: k, retention: retention, recheck: recheck,
-		members: map[string]*memberView{}, watches: map[string]*watchState{}}
+	return &tracker{book: book, self: self, k: k, retention: retention, recheck: recheck, margin: liveness.DefaultLeaseMargin,
+		members: map[string]*memberView{}, watches: map[string]*watchState{}, witnesses: map[string]*watchState{}}
 }
 
 // alive: the membership has node alive.
@@ -169,10 +192,17 @@ func (t *tracker) update(now time.Time) {
 			}
 		}
 	}
-	if !t.ringChanged {
-		return
+	if t.ringChanged {
+		t.ringChanged, t.ring, t.witnessChanged = false, nil, true
+		t.ringWatches(now)
 	}
-	t.ringChanged = false
+	if t.witnessChanged {
+		t.witnessList(now)
+	}
+}
+
+// ringWatches recomputes the members self watches on the ring.
+func (t *tracker) ringWatches(now time.Time) {
 	watched := liveness.Watched(t.self, slices.Sorted(maps.Keys(t.members)), t.k)
 	for n := range t.watches {
 		if !slices.Contains(watched, n) {
@@ -212,6 +242,20 @@ func (t *tracker) due(now time.Time) []probeTarget {
 		}
 		host, _ := t.book.Host(n)
 		out = append(out, probeTarget{node: n, member: member, host: host, confirm: w.state != liveness.GossipDead})
+	}
+	for _, n := range slices.Sorted(maps.Keys(t.witnesses)) {
+		w := t.witnesses[n]
+		if w.probeAt.After(now) {
+			continue
+		}
+		member, ok := t.book.Member(n)
+		if !ok {
+			w.probeAt = now.Add(t.recheck)
+			w.state, w.since = "", now
+			continue
+		}
+		host, _ := t.book.Host(n)
+		out = append(out, probeTarget{node: n, member: member, host: host, confirm: w.state != liveness.GossipDead, witness: true})
 	}
 	return out
 }
@@ -281,22 +325,25 @@ func (t *tracker) probed(node string, r probeResult, now time.Time) outcome {
 	return unchanged
 }
 
-// report is the watch list as the report carries it: sorted by node, the
-// members not probed yet left out.
+// report is the watch list as the report carries it: the ring watches and
+// the witness reads, sorted by node, the members not probed yet left out.
 func (t *tracker) report() []liveness.Watch {
-	out := make([]liveness.Watch, 0, len(t.watches))
-	for _, n := range slices.Sorted(maps.Keys(t.watches)) {
-		if w := t.watches[n]; w.state != "" {
-			out = append(out, liveness.Watch{Node: n, State: w.state, Since: w.since})
+	out := make([]liveness.Watch, 0, len(t.watches)+len(t.witnesses))
+	for _, ws := range []map[string]*watchState{t.watches, t.witnesses} {
+		for n, w := range ws {
+			if w.state != "" {
+				out = append(out, liveness.Watch{Node: n, State: w.state, Since: w.since})
+			}
 		}
 	}
+	slices.SortFunc(out, func(a, b liveness.Watch) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
 
-// counts is how many watched members are in each state, for /metrics.
-func (t *tracker) counts() map[string]int {
+// counts is how many members in ws are in each state, for /metrics.
+func counts(ws map[string]*watchState) map[string]int {
 	c := map[string]int{liveness.GossipAlive: 0, liveness.GossipDead: 0, liveness.GossipMemberDown: 0, "Unknown": 0}
-	for _, w := range t.watches {
+	for _, w := range ws {
 		if w.state == "" {
 			c["Unknown"]++
 		} else {

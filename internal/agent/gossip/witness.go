@@ -1,0 +1,187 @@
+package gossip
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"rebound/pkg/liveness"
+)
+
+// Witnesses: reads of the nodes the Lease plane lost, by agents that still
+// reach the API.
+//
+// A node's ring watchers are a few members near it on the hash ring. When
+// the path to the API fails for many nodes at once (a load balancer in
+// front of the API servers, the workers' route to it), most of a cut-off
+// node's watchers are cut off with it: their reads cannot be written, and
+// nobody who reaches the API says the node lives. So every agent watches
+// the nodes' Leases (LeaseSource, liveness's rule and margin, on this
+// agent's clock), and when a member's Lease goes stale, the first k
+// members after its ring watchers on the ring whose own Lease renews are
+// its witnesses: each probes it as a ring watcher probes a member the
+// membership has dead (DefaultProbeAttempts pings at the book's member
+// address, then its host's kubelet port), whatever the membership says,
+// and writes what it found as a watch in its read: Alive, MemberDown or
+// Dead. With fewer than k such members beyond the ring watchers, all of
+// them witness. A node whose Lease renews again leaves the witnesses'
+// lists; an agent whose own Lease is stale (or unknown) witnesses
+// nobody: it is cut off itself, or cannot tell, and could not write
+// anyway.
+//
+// The choice is made by each agent from what it sees (its membership and
+// its Lease watch), so no coordination is needed and the work is bounded:
+// each lost node gets k witnesses beyond its k ring watchers, whatever the
+// cluster's size. Views that differ for a moment only add or drop a
+// witness. A witness read is evidence of life only for a judge that
+// checks the writer's own Lease renews; the controller decides that.
+
+// LeaseSource is the Lease plane as this agent sees it: each node's Lease
+// renewals, timed on this agent's clock (a liveness.LeaseTracker fed by a
+// watch of kube-node-lease). Nil turns witnessing off.
+type LeaseSource interface {
+	Leases() map[string]liveness.Lease
+}
+
+// leasesSeen records the Lease plane at now: which nodes it lost (their
+// Lease not renewed for the renew interval plus the margin, liveness's
+// rule) and which renew. A node whose Lease says nothing is neither. It
+// marks the witness list for recomputation when either set changed, and
+// asks for a rewrite when a node this agent reports Alive was lost since
+// the last look: the controller counts an Alive read only from a write
+// after the loss.
+func (t *tracker) leasesSeen(leases map[string]liveness.Lease, now time.Time) {
+	lost := make(map[string]bool, len(t.lost))
+	renewing := make(map[string]bool, len(leases))
+	for n, l := range leases {
+		at := l.StaleAt(t.margin)
+		switch {
+		case at.IsZero():
+		case now.Before(at):
+			renewing[n] = true
+		default:
+			lost[n] = true
+		}
+	}
+	for n := range lost {
+		if t.lost[n] {
+			continue
+		}
+		if w := t.watches[n]; w != nil && w.state == liveness.GossipAlive {
+			t.rewrite = true
+		}
+	}
+	if !maps.Equal(lost, t.lost) || !maps.Equal(renewing, t.renewing) {
+		t.witnessChanged = true
+	}
+	t.lost, t.renewing = lost, renewing
+}
+
+// takeRewrite says whether the read must be written again though it says
+// the same (leasesSeen), and clears the request.
+func (t *tracker) takeRewrite() bool {
+	r := t.rewrite
+	t.rewrite = false
+	return r
+}
+
+// ringOrder is self and the members, in ring order from self.
+func (t *tracker) ringOrder() []string {
+	if t.ring == nil {
+		members := slices.Sorted(maps.Keys(t.members))
+		t.ring = append([]string{t.self}, liveness.Watchers(t.self, members, len(members))...)
+		t.ringAt = make(map[string]int, len(t.ring))
+		for i, n := range t.ring {
+			t.ringAt[n] = i
+		}
+	}
+	return t.ring
+}
+
+// witnessOf says whether self is one of lost's witnesses: the first k
+// members after its k ring watchers, on the ring, whose Lease renews.
+func (t *tracker) witnessOf(lost string) bool {
+	ring := t.ringOrder()
+	at, ok := t.ringAt[lost]
+	if !ok {
+		return false
+	}
+	taken := 0
+	for j := t.k + 1; j < len(ring) && taken < t.k; j++ {
+		n := ring[(at+j)%len(ring)]
+		if !t.renewing[n] {
+			continue
+		}
+		if n == t.self {
+			return true
+		}
+		taken++
+	}
+	return false
+}
+
+// witnessList recomputes the nodes self witnesses: lost members it does
+// not ring-watch, for which it is a witness. Entries it keeps keep their
+// state; new ones are probed at once.
+func (t *tracker) witnessList(now time.Time) {
+	t.witnessChanged = false
+	want := map[string]bool{}
+	if t.renewing[t.self] {
+		for n := range t.lost {
+			if t.members[n] != nil && t.watches[n] == nil && t.witnessOf(n) {
+				want[n] = true
+			}
+		}
+	}
+	for n := range t.witnesses {
+		if !want[n] {
+			delete(t.witnesses, n)
+		}
+	}
+	for n := range want {
+		if t.witnesses[n] == nil {
+			t.witnesses[n] = &watchState{probeAt: now}
+		}
+	}
+}
+
+// probedWitness records a witness probe's outcome: the same rule as a
+// ring watcher's probe of a member the membership has dead, but a
+// member's answer makes it Alive whatever the membership says: a witness
+// reads only what it probed itself.
+func (t *tracker) probedWitness(node string, r probeResult, now time.Time) outcome {
+	w := t.witnesses[node]
+	if w == nil {
+		return unchanged
+	}
+	w.probeAt = now.Add(t.recheck)
+	if r == memberAnswered || r == hostAnswered {
+		w.silentSince = time.Time{}
+	}
+	var state string
+	since := now
+	switch r {
+	case memberAnswered:
+		state = liveness.GossipAlive
+	case hostAnswered:
+		state = liveness.GossipMemberDown
+	case hostSilent:
+		if w.silentSince.IsZero() {
+			w.silentSince = now
+		}
+		state, since = liveness.GossipDead, w.silentSince
+	}
+	if state == w.state {
+		return unchanged
+	}
+	w.state, w.since = state, since
+	switch state {
+	case liveness.GossipAlive:
+		return becameAlive
+	case liveness.GossipMemberDown:
+		return becameMemberDown
+	case liveness.GossipDead:
+		return becameDead
+	}
+	return becameUnknown
+}
