@@ -116,8 +116,9 @@ type tracker struct {
 	// (liveness.DefaultLeaseMargin unless set).
 	margin time.Duration
 	// lost and renewing are the nodes whose Lease is stale, and those
-	// whose Lease renews, at the last leasesSeen.
+	// whose Lease renews, at the last leasesSeen; leases what it saw.
 	lost, renewing map[string]bool
+	leases         map[string]liveness.Lease
 	// witnesses are the lost nodes self witnesses, beside its ring
 	// watches (never the same node).
 	witnesses map[string]*watchState

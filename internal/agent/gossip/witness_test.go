@@ -436,3 +436,36 @@ func TestWitnessReadWrittenWithinSeconds(t *testing.T) {
 		t.Errorf("%d probes of %s, want one per step", fp.attempts[lost], lost)
 	}
 }
+
+// TestWitnessesThatReachedTheAPIAfterTheLoss: the nodes cut off in the
+// same second as a lost node still look renewing until their own Leases
+// go stale, up to a renew interval later, and may be the first k after
+// its ring watchers; they cannot write. The first k that renewed after
+// the lost node's missed renewal witness it too, from the moment the loss
+// is seen.
+func TestWitnessesThatReachedTheAPIAfterTheLoss(t *testing.T) {
+	k := liveness.DefaultWatchers
+	all := names("node", 16)
+	now := t0.Add(time.Minute)
+	lost := "node-5"
+	ring := liveness.Watchers(lost, all, len(all))
+	cutOff := ring[k : 2*k]     // renewed last before the miss: not stale yet
+	reaching := ring[2*k : 3*k] // renewed since
+	leases := leasesAt(now, all, []string{lost}, nil)
+	for _, n := range cutOff {
+		leases[n] = liveness.Lease{RenewSeen: now.Add(-5 * time.Second), RenewInterval: renewInterval}
+	}
+	agents := agentsOf(all, leases, now)
+	var got []string
+	for self, tr := range agents {
+		if slices.Contains(witnessTargets(tr, now), lost) {
+			got = append(got, self)
+		}
+	}
+	want := append(slices.Clone(cutOff), reaching...)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("%s is witnessed by %v, want %v: the first %d after its ring watchers (%v, cut off with it) and the first %d that renewed after its loss (%v)", lost, got, want, k, cutOff, k, reaching)
+	}
+}
