@@ -175,6 +175,11 @@ func (t *tracker) dead(node string, now time.Time) {
 	if w := t.watches[node]; w != nil {
 		w.probeAt = now
 	}
+	// A witness probes on its own schedule, whatever the membership
+	// says; a departure only makes its next probe come now.
+	if w := t.witnesses[node]; w != nil {
+		w.probeAt = now
+	}
 }
 
 // update forgets members dead for longer than the retention and

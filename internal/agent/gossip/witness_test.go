@@ -218,6 +218,13 @@ func TestWitnessRule(t *testing.T) {
 			{membershipDead(3), liveness.GossipAlive, at(0)},
 			{probe(4, memberAnswered), liveness.GossipAlive, at(0)},
 		}},
+		{"a departure in the membership brings the next witness probe forward", []step{
+			{see(0, lost), "", time.Time{}},
+			{probe(0, memberAnswered), liveness.GossipAlive, at(0)},
+			{noProbe(1), liveness.GossipAlive, at(0)},
+			{membershipDead(1), liveness.GossipAlive, at(0)},
+			{probe(1, hostSilent), liveness.GossipDead, at(1)},
+		}},
 		{"Lease stale, member and host silent: Dead since the first silence", []step{
 			{see(0, lost), "", time.Time{}},
 			{probe(0, hostSilent), liveness.GossipDead, at(0)},
