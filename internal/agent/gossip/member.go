@@ -30,7 +30,11 @@
 //
 // Each member watches k others, so a death is written by k agents
 // whatever the cluster's size, and nothing is written while nothing
-// changes but a refresh every report interval. The keyring is re-read
+// changes but a refresh every report interval. When the Lease plane
+// loses nodes, a few agents that still reach the API witness each of
+// them besides (witness.go), so that a node cut off from the API with
+// its ring watchers is still read by someone who can write. A changed
+// read is written at once, or a debounce after the previous write. The keyring is re-read
 // from --gossip-key-file (keys.go), so that a key is rotated without a
 // split.
 package gossip
