@@ -17,26 +17,28 @@ import (
 // node's watchers are cut off with it: their reads cannot be written, and
 // nobody who reaches the API says the node lives. So every agent watches
 // the nodes' Leases (LeaseSource, liveness's rule and margin, on this
-// agent's clock), and when a member's Lease goes stale, the first k
-// members after its ring watchers on the ring whose own Lease renews are
-// its witnesses (and, of those, only the ones seen renewing after the
-// node's missed renewal: a node cut off with it looks renewing for up to
-// a renew interval, and could not write): each probes it as a ring watcher probes a member the
-// membership has dead (DefaultProbeAttempts pings at the book's member
-// address, then its host's kubelet port), whatever the membership says,
-// and writes what it found as a watch in its read: Alive, MemberDown or
-// Dead. With fewer than k such members beyond the ring watchers, all of
-// them witness. A node whose Lease renews again leaves the witnesses'
-// lists; an agent whose own Lease is stale (or unknown) witnesses
-// nobody: it is cut off itself, or cannot tell, and could not write
-// anyway.
+// agent's clock), and when a member's Lease goes stale some agents
+// witness it (witnessOf): on the ring after its k ring watchers, the
+// first k members whose own Lease renews, and the first k seen renewing
+// after the node's missed renewal (a node cut off in the same second
+// still looks renewing for up to a renew interval, and could not write);
+// with fewer such members, all of them. Each probes it as a ring watcher
+// probes a member the membership has dead (DefaultProbeAttempts pings at
+// the book's member address, then its host's kubelet port), whatever the
+// membership says, and writes what it found as a watch in its read:
+// Alive, MemberDown or Dead. A node whose Lease renews again leaves the
+// witnesses' lists; an agent whose own Lease is stale (or unknown)
+// witnesses nobody: it is cut off itself, or cannot tell, and could not
+// write anyway.
 //
 // The choice is made by each agent from what it sees (its membership and
 // its Lease watch), so no coordination is needed and the work is bounded:
-// each lost node gets k witnesses beyond its k ring watchers, whatever the
-// cluster's size. Views that differ for a moment only add or drop a
-// witness. A witness read is evidence of life only for a judge that
-// checks the writer's own Lease renews; the controller decides that.
+// a lost node has at most 2k witnesses chosen at any moment beyond its k
+// ring watchers, whatever the cluster's size, and keeps those chosen
+// while the choice settles (witnessList). Views that differ for a moment
+// only add or drop a witness. A witness read is evidence of life only for
+// a judge that checks the writer's own Lease renews; the controller
+// decides that.
 
 // LeaseSource is the Lease plane as this agent sees it: each node's Lease
 // renewals, timed on this agent's clock (a liveness.LeaseTracker fed by a
