@@ -62,6 +62,12 @@ type watchState struct {
 	// minutes never reports a death seconds old, one the controller
 	// could not refute with the Lease renewals it saw since.
 	silentSince time.Time
+	// lossProbe: the Lease plane lost this member while the membership
+	// has it alive and this agent has it Alive; one direct probe (a
+	// confirming one) is due, and its answer asks for a rewrite of the
+	// read (tracker.leasesSeen). Silence changes nothing: the membership
+	// decides, as ever, whether the member is to be probed as dead.
+	lossProbe bool
 }
 
 // probeTarget is one probe to make, at the book's addresses.
@@ -156,7 +162,10 @@ func (t *tracker) alive(node string, now time.Time) {
 		if w.state != liveness.GossipAlive {
 			w.state, w.since = liveness.GossipAlive, now
 		}
-		w.probeAt, w.contested = time.Time{}, false
+		if !w.lossProbe {
+			w.probeAt = time.Time{}
+		}
+		w.contested = false
 	}
 }
 
@@ -235,10 +244,14 @@ func (t *tracker) due(now time.Time) []probeTarget {
 	var out []probeTarget
 	for _, n := range slices.Sorted(maps.Keys(t.watches)) {
 		w, v := t.watches[n], t.members[n]
-		if v.alive || w.probeAt.IsZero() || w.probeAt.After(now) {
+		if (v.alive && !w.lossProbe) || w.probeAt.IsZero() || w.probeAt.After(now) {
 			continue
 		}
 		member, ok := t.book.Member(n)
+		if !ok && v.alive {
+			w.lossProbe, w.probeAt = false, time.Time{}
+			continue
+		}
 		if !ok {
 			w.probeAt = now.Add(t.recheck)
 			if w.state != "" {
@@ -284,6 +297,16 @@ const (
 // membership came to have the member alive again says nothing.
 func (t *tracker) probed(node string, r probeResult, now time.Time) outcome {
 	w, v := t.watches[node], t.members[node]
+	if w != nil && w.lossProbe {
+		w.lossProbe = false
+		if v != nil && v.alive {
+			w.probeAt = time.Time{}
+			if r == memberAnswered && w.state == liveness.GossipAlive {
+				t.rewrite = true
+			}
+			return unchanged
+		}
+	}
 	if w == nil || v == nil || v.alive {
 		return unchanged
 	}

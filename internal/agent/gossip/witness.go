@@ -51,10 +51,14 @@ type LeaseSource interface {
 // Lease not renewed for the renew interval plus the margin, liveness's
 // rule) and which renew. A node whose Lease says nothing is neither. It
 // marks the witness list for recomputation while any node is lost (who
-// may witness depends on the renewals seen since), and asks for a
-// rewrite when a node this agent reports Alive was lost since the last
-// look: the controller counts an Alive read only from a write after the
-// loss. leases is only read, never kept past the next call.
+// may witness depends on the renewals seen since). A ring-watched member
+// this agent has Alive from the membership and that the Lease plane lost
+// since the last look gets one direct probe (lossProbe): if it answers,
+// the read is written again though it says the same, since the
+// controller counts an Alive read only from a write after the loss; if
+// not, nothing is written (a member that died may still be alive in the
+// membership for a few seconds: its death is the membership's to find).
+// leases is only read, never kept past the next call.
 func (t *tracker) leasesSeen(leases map[string]liveness.Lease, now time.Time) {
 	lost := make(map[string]bool, len(t.lost))
 	renewing := make(map[string]bool, len(leases))
@@ -72,8 +76,8 @@ func (t *tracker) leasesSeen(leases map[string]liveness.Lease, now time.Time) {
 		if t.lost[n] {
 			continue
 		}
-		if w := t.watches[n]; w != nil && w.state == liveness.GossipAlive {
-			t.rewrite = true
+		if w, v := t.watches[n], t.members[n]; w != nil && v != nil && v.alive && w.state == liveness.GossipAlive {
+			w.lossProbe, w.probeAt = true, now
 		}
 	}
 	if len(lost) > 0 || len(t.lost) > 0 || !maps.Equal(renewing, t.renewing) {

@@ -292,36 +292,65 @@ func TestWitnessRule(t *testing.T) {
 }
 
 // TestLossRewritesAnAliveRingWatch: a member this agent ring-watches and
-// has Alive is rewritten once when its Lease goes stale, so that the
-// controller has an Alive read from after the loss; not again while it
-// stays lost, and not for a member it has Dead.
+// has Alive from the membership gets one direct probe when its Lease goes
+// stale; if it answers, the read is written again, so that the controller
+// has an Alive read from after the loss; if not (it may have died, and
+// the membership not know yet), nothing. Not again while it stays lost,
+// and not for a member it has Dead.
 func TestLossRewritesAnAliveRingWatch(t *testing.T) {
 	all := names("node", 8)
-	tr, target := ringOf(t, "node-0", all[1:]...)
 	now := t0.Add(time.Minute)
-	seen := func(lost ...string) bool {
-		tr.leasesSeen(leasesAt(now, all, lost, nil), now)
-		tr.update(now)
-		now = now.Add(time.Second)
-		return tr.takeRewrite()
+	for _, tc := range []struct {
+		name    string
+		answers probeResult
+		rewrite bool
+	}{
+		{"the member answers: rewritten", memberAnswered, true},
+		{"member and host silent: no rewrite, no vote", hostSilent, false},
+		{"member silent, host answers: no rewrite", hostAnswered, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, target := ringOf(t, "node-0", all[1:]...)
+			seen := func(at time.Time, lost ...string) []probeTarget {
+				tr.leasesSeen(leasesAt(at, all, lost, nil), at)
+				tr.update(at)
+				return tr.due(at)
+			}
+			if due := seen(now); len(due) != 0 || tr.takeRewrite() {
+				t.Fatalf("every Lease renewing: probes %v, or a rewrite", due)
+			}
+			due := seen(now.Add(time.Second), target)
+			if len(due) != 1 || due[0].node != target || !due[0].confirm || due[0].witness {
+				t.Fatalf("%s, watched Alive, lost its Lease: probes due %+v, want one confirming ring probe of it", target, due)
+			}
+			if tr.takeRewrite() {
+				t.Fatal("a rewrite before the member answered")
+			}
+			tr.probed(target, tc.answers, now.Add(time.Second))
+			if got := tr.takeRewrite(); got != tc.rewrite {
+				t.Fatalf("rewrite %v, want %v", got, tc.rewrite)
+			}
+			if w, _ := stateOf(tr, target); w.State != liveness.GossipAlive || !w.Since.Equal(t0) {
+				t.Errorf("%s is %+v after the loss probe, want Alive since %s: the membership has it alive", target, w, t0)
+			}
+			if due := seen(now.Add(3*time.Second), target); len(due) != 0 || tr.takeRewrite() {
+				t.Fatalf("%s still lost: probes %v, or a second rewrite", target, due)
+			}
+		})
 	}
-	if seen() {
-		t.Fatal("a rewrite with every Lease renewing")
-	}
-	if !seen(target) {
-		t.Fatalf("%s, watched Alive, lost its Lease: no rewrite", target)
-	}
-	if seen(target) {
-		t.Fatalf("%s still lost: a second rewrite", target)
-	}
-	if seen() || !seen(target) {
-		t.Fatalf("%s renewed and was lost again: want one rewrite for the new loss", target)
-	}
-	tr.dead(target, now)
-	tr.probed(target, hostSilent, now)
-	if seen() || seen(target) {
-		t.Fatalf("%s, watched Dead, lost its Lease: a rewrite (its Dead read is no evidence of life)", target)
-	}
+	t.Run("a member watched Dead that loses its Lease gets no loss probe", func(t *testing.T) {
+		tr, target := ringOf(t, "node-0", all[1:]...)
+		tr.dead(target, now)
+		tr.probed(target, hostSilent, now)
+		tr.leasesSeen(leasesAt(now.Add(time.Second), all, []string{target}, nil), now.Add(time.Second))
+		tr.update(now.Add(time.Second))
+		if w := tr.watches[target]; w.lossProbe {
+			t.Error("a loss probe of a member watched Dead")
+		}
+		if tr.takeRewrite() {
+			t.Error("a rewrite for a member watched Dead")
+		}
+	})
 }
 
 func TestWriteDue(t *testing.T) {
