@@ -381,7 +381,7 @@ func TestHelmChartGossip(t *testing.T) {
 	}{
 		{name: "defaults", gossip: map[string]any{}, controller: []string{"--gossip-watchers=3"}, absent: []string{"--lease-margin", "--gossip-distrust-"}, members: []string{"--gossip-watchers=3", "--health-addr=:9813"}},
 		{name: "set", gossip: map[string]any{"watchers": liveness.MaxWatchers, "leaseMargin": "500ms", "healthPort": 9900, "distrustWindow": "10m", "distrustShare": "0.2"},
-			controller: []string{"--gossip-watchers=7", "--lease-margin=500ms", "--gossip-distrust-window=10m", "--gossip-distrust-share=0.2"}, members: []string{"--gossip-watchers=7", "--health-addr=:9900"}},
+			controller: []string{"--gossip-watchers=7", "--lease-margin=500ms", "--gossip-distrust-window=10m", "--gossip-distrust-share=0.2"}, members: []string{"--gossip-watchers=7", "--health-addr=:9900", "--lease-margin=500ms"}},
 	} {
 		t.Run("settings "+tc.name, func(t *testing.T) {
 			values := map[string]any{"enabled": true}

@@ -65,12 +65,16 @@ type GossipReport struct {
 	// +kubebuilder:validation:Minimum=2
 	// +kubebuilder:validation:Maximum=7
 	Watchers int32 `json:"watchers,omitempty"`
-	// Watches lists the members this agent watches, with what its own
-	// direct probes say of each. Sorted by node.
+	// Watches lists the members this agent watches, and the nodes it
+	// witnesses (their Lease stale while its own renews), with what its
+	// own direct probes say of each. Sorted by node. Its k ring watches,
+	// and while the Lease plane has lost nodes, the ones it witnesses: up
+	// to every other node when it is the only one that reaches the API,
+	// hence the bound of the sessions' list (Kubernetes' 5,000 nodes).
 	// +optional
 	// +listType=map
 	// +listMapKey=node
-	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:MaxItems=5000
 	Watches []GossipWatch `json:"watches,omitempty"`
 }
 

@@ -253,7 +253,14 @@ func (a *Agent) newGossip(ctx context.Context, addr netip.Addr) (*gossip.Member,
 	if _, ok := book.Member(a.opts.NodeName); !ok {
 		a.log.Warn("gossip: the API lists no member on this node yet; the others refuse this member until it does", "service", g.Service, "namespace", g.Namespace)
 	}
-	m, err := gossip.New(a.opts.gossipConfig(addr, a.gossipKeys, book))
+	leases, err := NewLeaseWatch(a.opts.Client, nil)
+	if err == nil {
+		err = leases.Start(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rebound agent: %w (the agent lists and watches the Leases in %s to witness the nodes whose Lease goes stale)", err, NodeLeaseNamespace)
+	}
+	m, err := gossip.New(a.opts.gossipConfig(addr, a.gossipKeys, book, leases))
 	if err != nil {
 		return nil, fmt.Errorf("rebound agent: %w", err)
 	}

@@ -197,13 +197,18 @@ type GossipOptions struct {
 	// (--gossip-key-reload-interval); zero means
 	// gossip.DefaultKeyReloadInterval.
 	KeyReloadInterval time.Duration
+	// LeaseMargin is how long past its renew interval a node's Lease may
+	// go unrenewed before the member takes the node for lost and, if its
+	// own Lease renews, may witness it (--lease-margin, the controller's
+	// flag of the same name); zero means liveness.DefaultLeaseMargin.
+	LeaseMargin time.Duration
 }
 
 // gossipOn says whether this agent gossips.
 func (o Options) gossipOn() bool { return o.Gossip.KeyFile != "" }
 
 // gossipConfig is the member's configuration on addr.
-func (o Options) gossipConfig(addr netip.Addr, keys [][]byte, book gossip.AddressBook) gossip.Config {
+func (o Options) gossipConfig(addr netip.Addr, keys [][]byte, book gossip.AddressBook, leases gossip.LeaseSource) gossip.Config {
 	return gossip.Config{
 		NodeName:          o.NodeName,
 		BindAddr:          addr,
@@ -220,6 +225,8 @@ func (o Options) gossipConfig(addr netip.Addr, keys [][]byte, book gossip.Addres
 		RetryInterval:     o.RetryInterval,
 		MaxRetryInterval:  o.MaxRetryInterval,
 		Writer:            o.Gossip.Reports,
+		Leases:            leases,
+		LeaseMargin:       o.Gossip.LeaseMargin,
 		Logger:            o.Logger,
 	}
 }
@@ -272,7 +279,7 @@ func (o Options) validateGossip() error {
 		addr = netip.AddrFrom4([4]byte{192, 0, 2, 1})
 	}
 	// The book comes from the API once running: a placeholder here.
-	if err := o.gossipConfig(addr, keys, gossip.NewStaticBook()).WithDefaults().Validate(); err != nil {
+	if err := o.gossipConfig(addr, keys, gossip.NewStaticBook(), nil).WithDefaults().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -135,8 +135,9 @@ func slicesEqual(a, b []string) bool { return strings.Join(a, ",") == strings.Jo
 // TestGossipRBACMatchesCalls: deploy/gossip/rbac.yaml grants exactly what
 // a gossip member calls: the gossip writer's apply of its report, the
 // untainter's watches of its Node and Lease and its removal of a leftover
-// taint, and the address book's watches of the Nodes and of the members'
-// EndpointSlices in its own namespace.
+// taint, the address book's watches of the Nodes and of the members'
+// EndpointSlices in its own namespace, and the witnesses' watch of every
+// node's Lease.
 func TestGossipRBACMatchesCalls(t *testing.T) {
 	h := startUntainter(t, taintedNode("node-a", agentT0), nodeLease("node-a", agentT0.Add(-time.Hour)))
 	h.renewLease("node-a")
@@ -155,9 +156,21 @@ func TestGossipRBACMatchesCalls(t *testing.T) {
 	if err := NewAPIBook(bookAPI, DefaultGossipNamespace, o.Gossip.Service, o.Gossip.Port, slog.New(slog.NewTextHandler(io.Discard, nil))).Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	leaseAPI := fake.NewClientset()
+	lw, err := NewLeaseWatch(leaseAPI, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lw.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	used := sets.New[string]()
-	for _, act := range append(append(h.cs.Actions(), dyn.Actions()...), bookAPI.Actions()...) {
+	var calls []k8stesting.Action
+	for _, c := range [][]k8stesting.Action{h.cs.Actions(), dyn.Actions(), bookAPI.Actions(), leaseAPI.Actions()} {
+		calls = append(calls, c...)
+	}
+	for _, act := range calls {
 		res := act.GetResource()
 		key := func(v string) string { return res.Group + "/" + res.Resource + ":" + v + "@" + act.GetNamespace() }
 		used.Insert(key(act.GetVerb()))

@@ -37,7 +37,14 @@ const (
 	// DefaultProbeAttempts is how many direct probes must all go
 	// unanswered before this agent calls a member dead: one lost UDP
 	// packet must not make a vote.
-	DefaultProbeAttempts    = 3
+	DefaultProbeAttempts = 3
+	// DefaultWriteDebounce is the least time between two writes of a
+	// changed read: a change is written at once when the last write is
+	// older, else when it is that old. A burst (the Leases of a hundred
+	// cut-off nodes going stale over one renew interval) then costs an
+	// agent at most one write a second, not one per probe, and an
+	// isolated change (a death, a loss) is written without delay.
+	DefaultWriteDebounce    = time.Second
 	DefaultRetryInterval    = time.Second
 	DefaultMaxRetryInterval = 30 * time.Second
 )
@@ -83,6 +90,16 @@ type Config struct {
 	// ReportInterval is the longest time between two writes of the gossip
 	// read when nothing changes; zero means DefaultReportInterval.
 	ReportInterval time.Duration
+	// WriteDebounce is the least time between two writes of a changed
+	// read; zero means DefaultWriteDebounce.
+	WriteDebounce time.Duration
+	// Leases is the Lease plane on this agent's clock: with it, this
+	// member witnesses the nodes whose Lease goes stale while its own
+	// renews (witness.go); nil witnesses nobody. LeaseMargin is the
+	// plane's margin past the renew interval, the controller's
+	// --lease-margin; zero means liveness.DefaultLeaseMargin.
+	Leases      LeaseSource
+	LeaseMargin time.Duration
 	// ProbeInterval and ProbeTimeout tune memberlist's failure detector
 	// and this agent's own direct probes; GossipInterval how often state
 	// changes are relayed. Zero means the defaults above.
@@ -119,6 +136,8 @@ func (c Config) WithDefaults() Config {
 		v time.Duration
 	}{
 		{&c.ReportInterval, DefaultReportInterval},
+		{&c.WriteDebounce, DefaultWriteDebounce},
+		{&c.LeaseMargin, liveness.DefaultLeaseMargin},
 		{&c.ProbeInterval, DefaultProbeInterval},
 		{&c.ProbeTimeout, DefaultProbeTimeout},
 		{&c.GossipInterval, DefaultGossipInterval},
@@ -183,6 +202,9 @@ func (c Config) Validate() error {
 			add("--gossip-join %q: %v", j, err)
 		}
 	}
+	if c.LeaseMargin != 0 {
+		errs = append(errs, liveness.CheckLeaseMargin("--lease-margin", c.LeaseMargin))
+	}
 	// The controller's rule for its own --gossip-watchers, which must be
 	// the same.
 	if err := liveness.CheckWatchers("--gossip-watchers", c.Watchers); err != nil {
@@ -192,7 +214,7 @@ func (c Config) Validate() error {
 		flag string
 		v    time.Duration
 	}{
-		{"--report-interval", c.ReportInterval}, {"--gossip-probe-interval", c.ProbeInterval},
+		{"--report-interval", c.ReportInterval}, {"--gossip-probe-interval", c.ProbeInterval}, {"gossip write debounce", c.WriteDebounce},
 		{"gossip probe timeout", c.ProbeTimeout}, {"gossip interval", c.GossipInterval},
 		{"dead retention", c.DeadRetention}, {"--retry-interval", c.RetryInterval}, {"--max-retry-interval", c.MaxRetryInterval},
 	} {

@@ -30,7 +30,11 @@
 //
 // Each member watches k others, so a death is written by k agents
 // whatever the cluster's size, and nothing is written while nothing
-// changes but a refresh every report interval. The keyring is re-read
+// changes but a refresh every report interval. When the Lease plane
+// loses nodes, a few agents that still reach the API witness each of
+// them besides (witness.go), so that a node cut off from the API with
+// its ring watchers is still read by someone who can write. A changed
+// read is written at once, or a debounce after the previous write. The keyring is re-read
 // from --gossip-key-file (keys.go), so that a key is rotated without a
 // split.
 package gossip
@@ -83,11 +87,14 @@ type Member struct {
 	mu      sync.Mutex
 	t       *tracker
 	watches []liveness.Watch // the current read
-	joined  bool             // another member was reached once
-	running bool
-	beat    time.Time // last loop activity
-	stats   memberStats
-	killed  bool // tests: stopped without leaving, as by SIGKILL
+	// rewrites counts the requests to write the read again though it
+	// says the same (a loss of a node it has Alive: tracker.leasesSeen).
+	rewrites uint64
+	joined   bool // another member was reached once
+	running  bool
+	beat     time.Time // last loop activity
+	stats    memberStats
+	killed   bool // tests: stopped without leaving, as by SIGKILL
 
 	bg sync.WaitGroup // reconnects in flight
 }
@@ -127,6 +134,7 @@ func New(cfg Config) (*Member, error) {
 		host:      cfg.HostProber,
 		learned:   make(chan string, 256),
 	}
+	m.t.margin = cfg.LeaseMargin
 	stdlog := newStdLogger(m.log)
 	port := cfg.BindPort
 	if cfg.anyPort {
@@ -394,11 +402,18 @@ func (m *Member) loop(ctx context.Context) {
 }
 
 func (m *Member) step(ctx context.Context) {
+	var leases map[string]liveness.Lease
+	if m.cfg.Leases != nil {
+		leases = m.cfg.Leases.Leases()
+	}
 	now := time.Now()
 	m.mu.Lock()
 	if m.killed {
 		m.mu.Unlock()
 		return
+	}
+	if m.cfg.Leases != nil {
+		m.t.leasesSeen(leases, now)
 	}
 	m.t.update(now)
 	targets := m.t.due(now)
@@ -417,6 +432,10 @@ func (m *Member) step(ctx context.Context) {
 	for i, p := range targets {
 		if ctx.Err() != nil {
 			break // a probe cut short by shutdown says nothing
+		}
+		if p.witness {
+			m.logWitness(p, m.t.probedWitness(p.node, results[i], now))
+			continue
 		}
 		switch m.t.probed(p.node, results[i], now) {
 		case becameDead:
@@ -440,9 +459,27 @@ func (m *Member) step(ctx context.Context) {
 		m.joined = true
 		poke(m.wantWrite)
 	}
+	if m.t.takeRewrite() {
+		m.rewrites++
+		poke(m.wantWrite)
+	}
 	if w := m.t.report(); !sameWatches(m.watches, w) {
 		m.watches = w
 		poke(m.wantWrite)
+	}
+}
+
+// logWitness logs what a witness probe changed.
+func (m *Member) logWitness(p probeTarget, o outcome) {
+	switch o {
+	case becameAlive:
+		m.log.Info("gossip: witness: a node whose Lease is stale answers this agent's probes at the API's address", "node", p.node, "address", p.member)
+	case becameMemberDown:
+		m.log.Info("gossip: witness: a node whose Lease is stale does not answer, its host does", "node", p.node, "address", p.member, "host", p.host)
+	case becameDead:
+		m.log.Info("gossip: witness: a node whose Lease is stale is silent, and so is its host", "node", p.node, "address", p.member, "host", p.host)
+	case becameUnknown:
+		m.log.Info("gossip: witness: a node whose Lease is stale is silent and its host cannot be probed", "node", p.node, "address", p.member, "host", p.host)
 	}
 }
 
@@ -691,7 +728,7 @@ func (m *Member) resolveSeeds(ctx context.Context) ([]string, error) {
 	return out, lastErr
 }
 
-// writeLoop writes the read when its watches changed, and refreshes it
+// writeLoop writes the read when it changed (writeDue), and refreshes it
 // every ReportInterval so that the controller sees this watcher is alive.
 // A change of the member count alone is never written: a death would
 // otherwise be written by every agent instead of its k watchers. Nothing
@@ -700,7 +737,9 @@ func (m *Member) resolveSeeds(ctx context.Context) ([]string, error) {
 // Failed writes are retried with backoff, always with the latest read.
 func (m *Member) writeLoop(ctx context.Context) {
 	var (
-		last     *liveness.GossipReport
+		lastAt   time.Time // the last write that succeeded
+		last     []liveness.Watch
+		lastRew  uint64
 		failures int
 		retryAt  time.Time
 	)
@@ -708,12 +747,19 @@ func (m *Member) writeLoop(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		m.mu.Lock()
-		joined, watches := m.joined, m.watches
+		joined, watches, rewrites := m.joined, m.watches, m.rewrites
 		m.mu.Unlock()
 		now := time.Now()
-		due := joined && (last == nil || !sameWatches(last.Watches, watches) || now.Sub(last.ObservedAt) >= m.cfg.ReportInterval)
-		if due && !now.Before(retryAt) {
-			g := liveness.GossipReport{ObservedAt: now, Members: m.ml.NumMembers(), Watchers: m.cfg.Watchers, Watches: watches}
+		changed := !sameWatches(last, watches) || rewrites != lastRew
+		write, next := writeDue(now, lastAt, changed, m.cfg.WriteDebounce, m.cfg.ReportInterval)
+		if !joined {
+			write, next = false, m.cfg.ReportInterval
+		}
+		if write && now.Before(retryAt) {
+			write, next = false, retryAt.Sub(now)
+		}
+		if write {
+			g := liveness.GossipReport{ObservedAt: now, Members: m.numMembers(), Watchers: m.cfg.Watchers, Watches: watches}
 			err := m.cfg.Writer.WriteGossip(ctx, g)
 			m.mu.Lock()
 			if err != nil {
@@ -731,20 +777,15 @@ func (m *Member) writeLoop(ctx context.Context) {
 				delay := min(m.cfg.RetryInterval<<min(failures, 16), m.cfg.MaxRetryInterval)
 				failures++
 				retryAt = time.Now().Add(delay)
+				next = delay
 				m.log.Error("gossip: write the gossip read", "error", err, "failures", failures, "retryIn", delay)
 			default:
 				if failures > 0 {
 					m.log.Info("gossip: writing the gossip read again", "failedAttempts", failures)
 				}
-				failures, retryAt, last = 0, time.Time{}, &g
+				failures, retryAt, lastAt, last, lastRew = 0, time.Time{}, now, watches, rewrites
+				_, next = writeDue(time.Now(), lastAt, false, m.cfg.WriteDebounce, m.cfg.ReportInterval)
 			}
-		}
-		next := m.cfg.ReportInterval
-		switch {
-		case !retryAt.IsZero():
-			next = time.Until(retryAt)
-		case last != nil:
-			next = time.Until(last.ObservedAt.Add(m.cfg.ReportInterval))
 		}
 		timer.Reset(max(next, time.Millisecond))
 		select {
@@ -754,6 +795,46 @@ func (m *Member) writeLoop(ctx context.Context) {
 		case <-timer.C:
 		}
 	}
+}
+
+// writeDue says whether to write the read now, given when the last write
+// succeeded (zero: never) and whether the read changed since; else how
+// long until it is due. A change is written at once when the last write
+// is at least debounce old, else debounce after it: one write per change,
+// never one per probe, and a burst of changes costs at most one write per
+// debounce. With no change, the read is refreshed every refresh.
+func writeDue(now, last time.Time, changed bool, debounce, refresh time.Duration) (write bool, wait time.Duration) {
+	if last.IsZero() {
+		return true, 0
+	}
+	age := now.Sub(last)
+	switch {
+	case age >= refresh:
+		return true, 0
+	case changed && age >= debounce:
+		return true, 0
+	case changed:
+		return false, debounce - age
+	}
+	return false, refresh - age
+}
+
+// numMembers is the membership's count, this member included.
+func (m *Member) numMembers() int {
+	if m.ml == nil {
+		// The tests of the rule run no memberlist: the members seen
+		// alive, and this one.
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		n := 1
+		for _, v := range m.t.members {
+			if v.alive {
+				n++
+			}
+		}
+		return n
+	}
+	return m.ml.NumMembers()
 }
 
 // Report is the current read, as the next write would carry it.

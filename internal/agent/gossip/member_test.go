@@ -168,6 +168,10 @@ func (c *cluster) converged(within time.Duration) {
 					return false
 				}
 			}
+			// Nothing left to write: no change waits for the debounce.
+			if !sameWatches(last.Watches, m.Report0().Watches) {
+				return false
+			}
 		}
 		return true
 	})

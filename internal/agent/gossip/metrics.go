@@ -12,6 +12,8 @@ var (
 		"Members alive in this agent's gossip membership, itself included.", []string{"node"}, nil)
 	descWatched = prometheus.NewDesc("rebound_agent_gossip_watched_members",
 		"Members this agent watches, by what its own probes say of them: Alive (the member answers), MemberDown (it does not, its host does: no vote), Dead (neither), Unknown (not probed yet, or not probeable: no address in the API).", []string{"node", "state"}, nil)
+	descWitnessed = prometheus.NewDesc("rebound_agent_gossip_witnessed_members",
+		"Nodes whose Lease is stale on this agent's clock and that this agent witnesses (it reaches the API, and is one of the first --gossip-watchers members after their ring watchers whose Lease renews), by what its own probes say of them: Alive, MemberDown, Dead, Unknown (not probed yet, or not probeable).", []string{"node", "state"}, nil)
 	descRefused = prometheus.NewDesc("rebound_agent_gossip_refused_members_total",
 		"Alive announcements this agent's membership refused, by reason: UnknownToTheAPI (no EndpointSlice entry of the gossip Service for that node), AddressDiffers (announced at another address than the API's). A few during a rollout are the API catching up; a steady rise is a member that is not where the API says, or a forger.", []string{"node", "reason"}, nil)
 	descBytes = prometheus.NewDesc("rebound_agent_gossip_bytes_total",
@@ -31,7 +33,7 @@ func (m *Member) Describe(ch chan<- *prometheus.Desc) { DescribeMetrics(ch) }
 // that creates its member only once it knows its address registers them
 // before.
 func DescribeMetrics(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMembers, descWatched, descBytes, descProbeFailures, descDepartures, descWrites, descRefused} {
+	for _, d := range []*prometheus.Desc{descMembers, descWatched, descWitnessed, descBytes, descProbeFailures, descDepartures, descWrites, descRefused} {
 		ch <- d
 	}
 }
@@ -40,14 +42,17 @@ func DescribeMetrics(ch chan<- *prometheus.Desc) {
 func (m *Member) Collect(ch chan<- prometheus.Metric) {
 	alive := m.ml.NumMembers()
 	m.mu.Lock()
-	st, counts := m.stats, m.t.counts()
+	st, watched, witnessed := m.stats, counts(m.t.watches), counts(m.t.witnesses)
 	m.mu.Unlock()
 	tr := m.Traffic()
 	node := m.cfg.NodeName
 
 	ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(alive), node)
-	for state, n := range counts {
+	for state, n := range watched {
 		ch <- prometheus.MustNewConstMetric(descWatched, prometheus.GaugeValue, float64(n), node, state)
+	}
+	for state, n := range witnessed {
+		ch <- prometheus.MustNewConstMetric(descWitnessed, prometheus.GaugeValue, float64(n), node, state)
 	}
 	for _, b := range []struct {
 		dir, kind string

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"rebound/pkg/liveness"
@@ -61,6 +62,12 @@ type watchState struct {
 	// minutes never reports a death seconds old, one the controller
 	// could not refute with the Lease renewals it saw since.
 	silentSince time.Time
+	// lossProbe: the Lease plane lost this member while the membership
+	// has it alive and this agent has it Alive; one direct probe (a
+	// confirming one) is due, and its answer asks for a rewrite of the
+	// read (tracker.leasesSeen). Silence changes nothing: the membership
+	// decides, as ever, whether the member is to be probed as dead.
+	lossProbe bool
 }
 
 // probeTarget is one probe to make, at the book's addresses.
@@ -74,6 +81,9 @@ type probeTarget struct {
 	// DefaultProbeAttempts times; a Dead member's re-probe only looks for
 	// an answer.
 	confirm bool
+	// witness: a probe of a node the Lease plane lost, which self
+	// witnesses (probedWitness).
+	witness bool
 }
 
 // probeResult is one probe's outcome.
@@ -107,11 +117,31 @@ type tracker struct {
 	// pruneAt is when the first dead member's retention ends; zero when
 	// none is dead.
 	pruneAt time.Time
+
+	// The witnesses (witness.go). margin is the Lease plane's
+	// (liveness.DefaultLeaseMargin unless set).
+	margin time.Duration
+	// lost and renewing are the nodes whose Lease is stale, and those
+	// whose Lease renews, at the last leasesSeen; leases what it saw.
+	lost, renewing map[string]bool
+	leases         map[string]liveness.Lease
+	// witnesses are the lost nodes self witnesses, beside its ring
+	// watches (never the same node).
+	witnesses map[string]*watchState
+	// witnessChanged: the Lease plane or the ring changed since the
+	// witness list was computed.
+	witnessChanged bool
+	// rewrite: write the read again though it says the same.
+	rewrite bool
+	// ring is self and the members in ring order, nil until computed
+	// after a change; ringAt each one's place in it.
+	ring   []string
+	ringAt map[string]int
 }
 
 func newTracker(book AddressBook, self string, k int, retention, recheck time.Duration) *tracker {
-	return &tracker{book: book, self: self, k: k, retention: retention, recheck: recheck,
-		members: map[string]*memberView{}, watches: map[string]*watchState{}}
+	return &tracker{book: book, self: self, k: k, retention: retention, recheck: recheck, margin: liveness.DefaultLeaseMargin,
+		members: map[string]*memberView{}, watches: map[string]*watchState{}, witnesses: map[string]*watchState{}}
 }
 
 // alive: the membership has node alive.
@@ -132,7 +162,10 @@ func (t *tracker) alive(node string, now time.Time) {
 		if w.state != liveness.GossipAlive {
 			w.state, w.since = liveness.GossipAlive, now
 		}
-		w.probeAt, w.contested = time.Time{}, false
+		if !w.lossProbe {
+			w.probeAt = time.Time{}
+		}
+		w.contested = false
 	}
 }
 
@@ -149,6 +182,11 @@ func (t *tracker) dead(node string, now time.Time) {
 		t.pruneAt = at
 	}
 	if w := t.watches[node]; w != nil {
+		w.probeAt = now
+	}
+	// A witness probes on its own schedule, whatever the membership
+	// says; a departure only makes its next probe come now.
+	if w := t.witnesses[node]; w != nil {
 		w.probeAt = now
 	}
 }
@@ -169,10 +207,17 @@ func (t *tracker) update(now time.Time) {
 			}
 		}
 	}
-	if !t.ringChanged {
-		return
+	if t.ringChanged {
+		t.ringChanged, t.ring, t.witnessChanged = false, nil, true
+		t.ringWatches(now)
 	}
-	t.ringChanged = false
+	if t.witnessChanged {
+		t.witnessList(now)
+	}
+}
+
+// ringWatches recomputes the members self watches on the ring.
+func (t *tracker) ringWatches(now time.Time) {
 	watched := liveness.Watched(t.self, slices.Sorted(maps.Keys(t.members)), t.k)
 	for n := range t.watches {
 		if !slices.Contains(watched, n) {
@@ -199,10 +244,14 @@ func (t *tracker) due(now time.Time) []probeTarget {
 	var out []probeTarget
 	for _, n := range slices.Sorted(maps.Keys(t.watches)) {
 		w, v := t.watches[n], t.members[n]
-		if v.alive || w.probeAt.IsZero() || w.probeAt.After(now) {
+		if (v.alive && !w.lossProbe) || w.probeAt.IsZero() || w.probeAt.After(now) {
 			continue
 		}
 		member, ok := t.book.Member(n)
+		if !ok && v.alive {
+			w.lossProbe, w.probeAt = false, time.Time{}
+			continue
+		}
 		if !ok {
 			w.probeAt = now.Add(t.recheck)
 			if w.state != "" {
@@ -212,6 +261,20 @@ func (t *tracker) due(now time.Time) []probeTarget {
 		}
 		host, _ := t.book.Host(n)
 		out = append(out, probeTarget{node: n, member: member, host: host, confirm: w.state != liveness.GossipDead})
+	}
+	for _, n := range slices.Sorted(maps.Keys(t.witnesses)) {
+		w := t.witnesses[n]
+		if w.probeAt.After(now) {
+			continue
+		}
+		member, ok := t.book.Member(n)
+		if !ok {
+			w.probeAt = now.Add(t.recheck)
+			w.state, w.since = "", now
+			continue
+		}
+		host, _ := t.book.Host(n)
+		out = append(out, probeTarget{node: n, member: member, host: host, confirm: w.state != liveness.GossipDead, witness: true})
 	}
 	return out
 }
@@ -234,6 +297,16 @@ const (
 // membership came to have the member alive again says nothing.
 func (t *tracker) probed(node string, r probeResult, now time.Time) outcome {
 	w, v := t.watches[node], t.members[node]
+	if w != nil && w.lossProbe {
+		w.lossProbe = false
+		if v != nil && v.alive {
+			w.probeAt = time.Time{}
+			if r == memberAnswered && w.state == liveness.GossipAlive {
+				t.rewrite = true
+			}
+			return unchanged
+		}
+	}
 	if w == nil || v == nil || v.alive {
 		return unchanged
 	}
@@ -281,22 +354,25 @@ func (t *tracker) probed(node string, r probeResult, now time.Time) outcome {
 	return unchanged
 }
 
-// report is the watch list as the report carries it: sorted by node, the
-// members not probed yet left out.
+// report is the watch list as the report carries it: the ring watches and
+// the witness reads, sorted by node, the members not probed yet left out.
 func (t *tracker) report() []liveness.Watch {
-	out := make([]liveness.Watch, 0, len(t.watches))
-	for _, n := range slices.Sorted(maps.Keys(t.watches)) {
-		if w := t.watches[n]; w.state != "" {
-			out = append(out, liveness.Watch{Node: n, State: w.state, Since: w.since})
+	out := make([]liveness.Watch, 0, len(t.watches)+len(t.witnesses))
+	for _, ws := range []map[string]*watchState{t.watches, t.witnesses} {
+		for n, w := range ws {
+			if w.state != "" {
+				out = append(out, liveness.Watch{Node: n, State: w.state, Since: w.since})
+			}
 		}
 	}
+	slices.SortFunc(out, func(a, b liveness.Watch) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
 
-// counts is how many watched members are in each state, for /metrics.
-func (t *tracker) counts() map[string]int {
+// counts is how many members in ws are in each state, for /metrics.
+func counts(ws map[string]*watchState) map[string]int {
 	c := map[string]int{liveness.GossipAlive: 0, liveness.GossipDead: 0, liveness.GossipMemberDown: 0, "Unknown": 0}
-	for _, w := range t.watches {
+	for _, w := range ws {
 		if w.state == "" {
 			c["Unknown"]++
 		} else {

@@ -26,6 +26,7 @@ import (
 	"rebound/internal/cli"
 	"rebound/internal/logging"
 	"rebound/internal/metricsserving"
+	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
 	"rebound/pkg/unreachable"
@@ -283,6 +284,7 @@ the error names the flag to change.`,
 	f.StringSliceVar(&opts.Gossip.Join, "gossip-join", nil, "comma-separated members to join through: host:port, or host for --gossip-port; a DNS name, such as the agents' headless Service, stands for the addresses it resolves to, a few of which are tried at random. Retried with backoff until another member answers, and again whenever this one is left alone")
 	cli.AddGossipWatchersFlag(f, &opts.Gossip.Watchers)
 	f.DurationVar(&opts.Gossip.ProbeInterval, "gossip-probe-interval", gossip.DefaultProbeInterval, "how often each member probes another; a probe times out in half of it. A dead member is voted dead 7 to 12 intervals after its death (3.5 to 6 s at 500ms, measured with 5 to 200 members); raise it only where round trips between nodes approach 100 ms")
+	f.DurationVar(&opts.Gossip.LeaseMargin, "lease-margin", liveness.DefaultLeaseMargin, "with gossip: how long past its renew interval (a quarter of its duration) a node's Lease may go unrenewed, on this agent's clock, before the node counts as lost; while this node's own Lease renews, the agent then may witness it: probe it at the API's addresses and report what it found within seconds. The controller's --lease-margin (chart value gossip.leaseMargin sets both)")
 	f.DurationVar(&opts.UntaintAfter, "untaint-after", agent.DefaultUntaintAfter, "with gossip: take rebound's taint "+unreachable.TaintKey+" off this node when it is still there this long after the node's Lease was seen renewing (no controller took it off); 0 turns it off")
 	f.BoolVar(&opts.GossipOnly, "gossip-only", false, "no BIRD: run only the gossip member and its writer (needs --gossip-key-file); the BIRD flags are ignored")
 	f.StringVar(&healthAddr, "health-addr", agent.DefaultHealthAddr, "address of /readyz and /healthz (plain HTTP, for the kubelet); empty disables them. "+
