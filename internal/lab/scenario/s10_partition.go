@@ -55,7 +55,15 @@ type S10Options struct {
 	// ShareOfNode is each critical pod's CPU request as a share of
 	// node-0's allocatable CPU (default 0.6: one fits, two do not).
 	ShareOfNode float64
-	Logs        io.Writer
+	// AgentsLoseAPI makes the agents of the partitioned nodes lose the API
+	// with their kubelets, as in a real partition: each BIRD agent
+	// reaches the apiserver through its own path, cut with its node's
+	// heartbeats, and so does each of GossipAgents (started with
+	// OwnAPIPaths). Without it, as the scenario was first written, the
+	// agents keep the API. Either way BGP and gossip go on.
+	AgentsLoseAPI bool
+	GossipAgents  map[string]*GossipAgent
+	Logs          io.Writer
 }
 
 func (o S10Options) withDefaults() S10Options {
@@ -170,7 +178,21 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 	if err := lab.StartAll(ctx); err != nil {
 		return res, err
 	}
-	_, stopAgents, err := StartMeshAgents(ctx, c, lab, opts.PeerSet, opts.Logs)
+	paths := map[string]*sandbox.APIPath{}
+	if opts.AgentsLoseAPI {
+		for _, n := range cut {
+			p, err := c.OpenAPIPath()
+			if err != nil {
+				return res, err
+			}
+			defer p.Close()
+			paths[n] = p
+			if a := opts.GossipAgents[n]; a != nil && a.API == nil {
+				return res, fmt.Errorf("S10: the gossip agent of %s has no API path of its own to cut", n)
+			}
+		}
+	}
+	_, stopAgents, err := startMeshAgents(ctx, c, lab, opts.PeerSet, opts.Logs, paths)
 	defer stopAgents()
 	if err != nil {
 		return res, err
@@ -193,10 +215,22 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 	windowStart := time.Now()
 
 	// The partition: the API stops hearing the nodes one at a time.
-	tl.Step("stop the heartbeats of %s, %s apart; their BIRDs and agents keep running", strings.Join(cut, ", "), opts.Stagger)
+	if opts.AgentsLoseAPI {
+		tl.Step("cut %s from the API, %s apart: kubelet and agents; their BIRDs and gossip keep running", strings.Join(cut, ", "), opts.Stagger)
+	} else {
+		tl.Step("stop the heartbeats of %s, %s apart; their BIRDs and agents keep running", strings.Join(cut, ", "), opts.Stagger)
+	}
 	for i, n := range cut {
 		if i > 0 {
 			if err := sleep(ctx, opts.Stagger); err != nil {
+				return res, err
+			}
+		}
+		if p := paths[n]; p != nil {
+			p.Cut()
+		}
+		if a := opts.GossipAgents[n]; a != nil && opts.AgentsLoseAPI {
+			if err := a.CutAPI(); err != nil {
 				return res, err
 			}
 		}
@@ -290,6 +324,14 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 	// The heal.
 	tl.Step("start %s again", strings.Join(cut, ", "))
 	for _, n := range cut {
+		if p := paths[n]; p != nil {
+			p.Restore()
+		}
+		if a := opts.GossipAgents[n]; a != nil && opts.AgentsLoseAPI {
+			if err := a.RestoreAPI(); err != nil {
+				return res, err
+			}
+		}
 		if err := c.StartNode(ctx, n); err != nil {
 			return res, err
 		}
