@@ -7,9 +7,16 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"rebound/internal/lab/birdlab"
 	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
+	"rebound/internal/testing/birdtest"
+	"rebound/pkg/peering/bird"
+	"rebound/pkg/peering/calico"
 )
 
 // S16: a control plane that one node still reaches. 6 nodes; node-0 is
@@ -172,4 +179,89 @@ func TestS16WorkerDiesMeanwhile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestS16NotReadyRenewingStaysInMesh: a node NotReady by its own
+// kubelet's report (reason ContainerRuntimeDown) while its Lease renews
+// (the lab's sandbox.Cluster.ReportNotReady; kwok renews on) stays in the
+// published set past the prune grace, three times over, with each
+// backend: the BIRD agents' (every session up, reported) and Calico's
+// BGPPeer (no session reports, the agent-less install, Calico's own mesh
+// off as docs/peering-calico.md migrates it). `rebound controller
+// --lease-plane --peering` runs as deployed.
+func TestS16NotReadyRenewingStaysInMesh(t *testing.T) {
+	t.Parallel()
+	const (
+		pruneGrace = 3 * time.Second
+		node       = "node-2"
+	)
+	hold := 3*pruneGrace + 10*time.Second
+	start := func(ctx context.Context, t *testing.T, extra ...string) *sandbox.Cluster {
+		c := startSandbox(t, 4, s7Timings())
+		cl := newClient(t, c)
+		applyDeployBases(ctx, t, cl)
+		must(t, install.DetectionFor(ctx, cl, "rebound-e2e", controllerUser))
+		args := append([]string{"--kubeconfig", serviceAccountKubeconfig(ctx, t, c, "rebound-system", "rebound"),
+			"--lease-plane", "--peering", "--peering-prune-grace-period", pruneGrace.String()}, extra...)
+		startController(t, c, args...)
+		waitPeerSetMembers(ctx, t, c, len(c.NodeNames))
+		return c
+	}
+	play := func(ctx context.Context, t *testing.T, c *sandbox.Cluster) {
+		config(t, "s16_notready_prune_grace", pruneGrace.Seconds(), "s")
+		config(t, "s16_notready_hold", hold.Seconds(), "s")
+		res, err := scenario.RunNotReadyRenewing(ctx, c, scenario.NewTimeline(testWriter(t)), scenario.NotReadyRenewingOptions{
+			Node: node, Hold: hold, PeerSet: s15PeerSet,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pruned := 0
+		if res.Removed != "" {
+			pruned = 1
+		}
+		metricCount(t, "s16_notready_renewing_pruned", pruned)
+		metric(t, "s16_notready_renewing_notready", res.NotReadyFor.Seconds(), "s")
+		if pruned != 0 {
+			t.Errorf("%s, NotReady by its kubelet's report while its Lease renewed (%d renewals seen), %s; want it kept in the mesh", node, res.Renewals, res.Removed)
+		}
+	}
+
+	t.Run("BIRDAgents", func(t *testing.T) {
+		bins := birdtest.Require(t, bird.Bird16)
+		t.Parallel()
+		ctx := testContext(t, 5*time.Minute)
+		c := start(ctx, t, "--peering-report-max-age", "10s")
+		lab := birdLabOnSandbox(ctx, t, c, birdlab.Options{Bins: bins, Net: 41, Dir: shortDir(t), Include: true}, "")
+		must(t, lab.StartAll(ctx))
+		_, stop, err := scenario.StartMeshAgents(ctx, c, lab, s15PeerSet, testLogWriter(t))
+		t.Cleanup(stop)
+		must(t, err)
+		for _, n := range c.NodeNames {
+			waitInSet(ctx, t, c, n, true, 30*time.Second)
+		}
+		play(ctx, t, c)
+	})
+	t.Run("Calico", func(t *testing.T) {
+		t.Parallel()
+		ctx := testContext(t, 5*time.Minute)
+		c := startSandbox(t, 4, s7Timings())
+		installCalicoCRDs(ctx, t, c)
+		dyn, err := dynamic.NewForConfig(c.Config)
+		must(t, err)
+		// The migrated state: Calico's own mesh off, the set is the mesh.
+		_, err = dyn.Resource(bgpConfigs).Create(ctx, calico.BGPConfiguration(false), metav1.CreateOptions{})
+		must(t, err)
+		cl := newClient(t, c)
+		applyDeployBases(ctx, t, cl)
+		applyFiles(ctx, t, cl, false, repoPath("deploy/calico/rbac.yaml"))
+		must(t, install.DetectionFor(ctx, cl, "rebound-e2e", controllerUser))
+		startController(t, c, "--kubeconfig", serviceAccountKubeconfig(ctx, t, c, "rebound-system", "rebound"),
+			"--lease-plane", "--peering", "--calico", "--peering-prune-grace-period", pruneGrace.String())
+		waitPeerSetMembers(ctx, t, c, len(c.NodeNames))
+		for _, n := range c.NodeNames {
+			waitInSet(ctx, t, c, n, true, 30*time.Second)
+		}
+		play(ctx, t, c)
+	})
 }
