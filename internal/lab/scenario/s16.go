@@ -231,7 +231,11 @@ func RunS16(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S16Optio
 	if res.DeletedInWindow, _, err = s16Deletes(c, opts.User, res.Workloads, opts.Dies); err != nil {
 		return res, err
 	}
-	tl.Step("window over: %d live worker pod(s) deleted %v, peers removed %v", len(res.DeletedInWindow), res.DeletedInWindow, peers.removed())
+	when, err := deleteTimes(c, opts.User, res.Workloads, from)
+	if err != nil {
+		return res, err
+	}
+	tl.Step("window over: %d live worker pod(s) deleted %v (after the cut: %v), peers removed %v", len(res.DeletedInWindow), res.DeletedInWindow, when, peers.removed())
 
 	// The heal: the workers that live reach the API again.
 	var back []string
@@ -349,4 +353,21 @@ func markDeath(ctx context.Context, c *sandbox.Cluster, node string) (time.Time,
 		return time.Time{}, fmt.Errorf("S16: record the death of %s: %w", node, err)
 	}
 	return got.CreationTimestamp.Time, nil
+}
+
+// deleteTimes says when, after from, user deleted each of the workloads'
+// pods (the audit log's completion times).
+func deleteTimes(c *sandbox.Cluster, user string, ws []Workload, from time.Time) ([]string, error) {
+	evs, err := c.AuditEvents(func(e sandbox.AuditEvent) bool {
+		return e.Verb == "delete" && e.ObjectRef.Resource == "pods" && e.User.Username == user && e.ResponseStatus.Code < 300 &&
+			slices.ContainsFunc(ws, func(w Workload) bool { return isPodOf(e.ObjectRef.Name, w) })
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range evs {
+		out = append(out, fmt.Sprintf("+%.1fs", e.StageTimestamp.Sub(from).Seconds()))
+	}
+	return out, nil
 }
