@@ -187,7 +187,8 @@ func TestS16WorkerDiesMeanwhile(t *testing.T) {
 // published set past the prune grace, three times over, with each
 // backend: the BIRD agents' (every session up, reported) and Calico's
 // BGPPeer (no session reports, the agent-less install, Calico's own mesh
-// off as docs/peering-calico.md migrates it). `rebound controller
+// off as docs/peering-calico.md migrates it), and gossiping agents alone
+// with the node's member down while its host answers. `rebound controller
 // --lease-plane --peering` runs as deployed.
 func TestS16NotReadyRenewingStaysInMesh(t *testing.T) {
 	t.Parallel()
@@ -240,6 +241,19 @@ func TestS16NotReadyRenewingStaysInMesh(t *testing.T) {
 		for _, n := range c.NodeNames {
 			waitInSet(ctx, t, c, n, true, 30*time.Second)
 		}
+		play(ctx, t, c)
+	})
+	// No BGP backend's reports at all, gossiping agents, and the node's
+	// member down while its host answers (MemberDown: no vote either way).
+	t.Run("GossipMemberDown", func(t *testing.T) {
+		t.Parallel()
+		ctx := testContext(t, 5*time.Minute)
+		c := start(ctx, t)
+		agents, err := scenario.StartGossipAgents(ctx, c, scenario.GossipAgentOptions{Binary: reboundBinary})
+		must(t, err)
+		t.Cleanup(func() { scenario.StopAll(agents) })
+		waitGossipReports(ctx, t, c, agents)
+		must(t, agents[node].Kill())
 		play(ctx, t, c)
 	})
 	t.Run("Calico", func(t *testing.T) {
