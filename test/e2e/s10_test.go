@@ -94,13 +94,30 @@ func TestS10AsymmetricPartition(t *testing.T) {
 // and their gossip go on, and node-0, the one node that reaches the API,
 // sees each of them alive first-hand (its BGP sessions, its gossip
 // probes). Evidence of life holds: no pod deleted, no peer removed
-// through the heal, every pod keeps its UID. Without agents, node-0 may
-// take in the one replacement it has room for (TestS10AsymmetricPartition):
-// one Lease renewing and the rest stale is also what a mass death looks
-// like.
+// through the heal, every pod keeps its UID. Two lanes: BIRD and gossip,
+// and gossip alone (no BGP reports: node-0's gossip is the only witness,
+// and it must reach every cut-off node, not only those it watches on the
+// ring). Without agents, node-0 may take in the one replacement it has
+// room for (TestS10AsymmetricPartition): one Lease renewing and the rest
+// stale is also what a mass death looks like.
 func TestS10WithAgents(t *testing.T) {
-	bins := birdtest.Require(t, bird.Bird16)
 	t.Parallel()
+	for _, lane := range []struct {
+		name       string
+		gossipOnly bool
+	}{{"BIRDAndGossip", false}, {"GossipOnly", true}} {
+		t.Run(lane.name, func(t *testing.T) {
+			var bins birdtest.Binaries
+			if !lane.gossipOnly {
+				bins = birdtest.Require(t, bird.Bird16)
+			}
+			t.Parallel()
+			s10WithAgents(t, bins, lane.gossipOnly)
+		})
+	}
+}
+
+func s10WithAgents(t *testing.T, bins birdtest.Binaries, gossipOnly bool) {
 	const (
 		policyTime = 5 * time.Second
 		pruneGrace = 3 * time.Second
@@ -131,7 +148,7 @@ func TestS10WithAgents(t *testing.T) {
 
 	res, err := scenario.S10AsymmetricPartition(ctx, c, scenario.NewTimeline(testWriter(t)), scenario.S10Options{
 		Bins: bins, Net: 63, Hold: hold, User: controllerUser, Logs: testLogWriter(t),
-		AgentsLoseAPI: true, GossipAgents: agents,
+		AgentsLoseAPI: true, GossipAgents: agents, GossipOnly: gossipOnly,
 	})
 	if err != nil {
 		t.Fatal(err)

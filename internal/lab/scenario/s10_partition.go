@@ -63,7 +63,10 @@ type S10Options struct {
 	// agents keep the API. Either way BGP and gossip go on.
 	AgentsLoseAPI bool
 	GossipAgents  map[string]*GossipAgent
-	Logs          io.Writer
+	// GossipOnly plays it without BIRD or BIRD agents: the gossip agents
+	// are the only witnesses (Bins and Net are not used).
+	GossipOnly bool
+	Logs       io.Writer
 }
 
 func (o S10Options) withDefaults() S10Options {
@@ -161,23 +164,8 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 		}
 	}
 
-	// A BIRD and an agent per node, meshed, every session Established.
-	dir, err := os.MkdirTemp("", "rb10")
-	if err != nil {
-		return res, err
-	}
-	defer os.RemoveAll(dir)
-	lab, err := BirdLabOnSandbox(ctx, c, birdlab.Options{Bins: opts.Bins, Net: opts.Net, Dir: dir, Include: true}, nil)
-	if err != nil {
-		return res, err
-	}
-	defer lab.Close()
-	if err := waitMembers(ctx, c, opts.PeerSet, 60*time.Second, "every node in the published set", func(m []string) bool { return len(m) == len(c.NodeNames) }); err != nil {
-		return res, err
-	}
-	if err := lab.StartAll(ctx); err != nil {
-		return res, err
-	}
+	// A BIRD and an agent per node, meshed, every session Established
+	// (unless GossipOnly).
 	paths := map[string]*sandbox.APIPath{}
 	if opts.AgentsLoseAPI {
 		for _, n := range cut {
@@ -192,16 +180,39 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 			}
 		}
 	}
-	_, stopAgents, err := startMeshAgents(ctx, c, lab, opts.PeerSet, opts.Logs, paths)
-	defer stopAgents()
-	if err != nil {
+	var labNodes []*birdlab.Node
+	meshBefore := map[string][]byte{}
+	if !opts.GossipOnly {
+		dir, err := os.MkdirTemp("", "rb10")
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(dir)
+		lab, err := BirdLabOnSandbox(ctx, c, birdlab.Options{Bins: opts.Bins, Net: opts.Net, Dir: dir, Include: true}, nil)
+		if err != nil {
+			return res, err
+		}
+		defer lab.Close()
+		labNodes = lab.Nodes
+		if err := waitMembers(ctx, c, opts.PeerSet, 60*time.Second, "every node in the published set", func(m []string) bool { return len(m) == len(c.NodeNames) }); err != nil {
+			return res, err
+		}
+		if err := lab.StartAll(ctx); err != nil {
+			return res, err
+		}
+		_, stopAgents, err := startMeshAgents(ctx, c, lab, opts.PeerSet, opts.Logs, paths)
+		defer stopAgents()
+		if err != nil {
+			return res, err
+		}
+	} else if err := waitMembers(ctx, c, opts.PeerSet, 60*time.Second, "every node in the published set", func(m []string) bool { return len(m) == len(c.NodeNames) }); err != nil {
 		return res, err
 	}
 	if err := waitLabelled(ctx, c, c.NodeNames); err != nil {
 		return res, err
 	}
-	meshBefore := map[string][]byte{}
-	for _, n := range lab.Nodes {
+	for _, n := range labNodes {
+		var err error
 		if meshBefore[n.Name], err = os.ReadFile(n.MeshPath); err != nil {
 			return res, err
 		}
@@ -216,7 +227,11 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 
 	// The partition: the API stops hearing the nodes one at a time.
 	if opts.AgentsLoseAPI {
-		tl.Step("cut %s from the API, %s apart: kubelet and agents; their BIRDs and gossip keep running", strings.Join(cut, ", "), opts.Stagger)
+		planes := "their BIRDs and gossip keep running"
+		if opts.GossipOnly {
+			planes = "their gossip keeps running (no BGP)"
+		}
+		tl.Step("cut %s from the API, %s apart: kubelet and agents; %s", strings.Join(cut, ", "), opts.Stagger, planes)
 	} else {
 		tl.Step("stop the heartbeats of %s, %s apart; their BIRDs and agents keep running", strings.Join(cut, ", "), opts.Stagger)
 	}
@@ -261,7 +276,7 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 	for _, n := range sortedKeys(removed) {
 		res.Removed[n] = fmt.Sprintf("%s at +%.1fs", how[n], removed[n].Sub(windowStart).Seconds())
 	}
-	for _, n := range lab.Nodes {
+	for _, n := range labNodes {
 		now, err := os.ReadFile(n.MeshPath)
 		if err != nil {
 			return res, err
@@ -269,7 +284,7 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 		if string(now) != string(meshBefore[n.Name]) {
 			res.MeshChanges++
 		}
-		for _, p := range birdlab.Others(lab.Nodes, n) {
+		for _, p := range birdlab.Others(labNodes, n) {
 			if ok, _, _ := birdlab.Established(ctx, n, []*birdlab.Node{p}); !ok {
 				res.LostSessions = append(res.LostSessions, n.Name+"->"+p.Name)
 			}
