@@ -40,8 +40,8 @@ type AuditEvent struct {
 	ResponseStatus struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
-	// RequestObject is the request's body, logged for Node writes only
-	// (a patch's own body for a patch).
+	// RequestObject is the request's body, logged for Node updates and
+	// patches only (a patch's own body for a patch).
 	RequestObject json.RawMessage `json:"requestObject,omitempty"`
 }
 
