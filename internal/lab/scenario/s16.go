@@ -280,6 +280,9 @@ func RunS16(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S16Optio
 		res.Marked = append(res.Marked, n)
 	}
 	res.RemovedPeers = peers.removed()
+	if opts.Dies != "" {
+		tl.Step("the dead %s: marked %v, its workload's pods deleted %v", opts.Dies, res.DeadMarked, res.DeadDeleted)
+	}
 	tl.Step("every worker that lives back, every workload available: %d pod(s) deleted %v, %d node(s) marked %v, peers removed %v",
 		len(res.Deleted), res.Deleted, len(res.Marked), res.Marked, res.RemovedPeers)
 	return res, nil
