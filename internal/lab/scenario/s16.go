@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 
+	"rebound/api/v1alpha1"
 	"rebound/internal/lab/sandbox"
 )
 
@@ -200,8 +204,18 @@ func RunS16(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S16Optio
 		}
 	}
 	tl.Step("the workers NotReady; hold until %s after the cut", opts.Window)
+	reports, err := reportVersions(ctx, c, workers)
+	if err != nil {
+		return res, err
+	}
 	if err := sleep(ctx, time.Until(from.Add(opts.Window))); err != nil {
 		return res, err
+	}
+	// The cut held: no worker's agent wrote its report meanwhile.
+	if now, err := reportVersions(ctx, c, workers); err != nil {
+		return res, err
+	} else if !maps.Equal(reports, now) {
+		return res, fmt.Errorf("S16 did not play: a cut-off agent wrote its PeeringReport (resourceVersions %v, then %v)", reports, now)
 	}
 
 	var dead *Workload
@@ -371,6 +385,28 @@ func deleteTimes(c *sandbox.Cluster, user string, ws []Workload, from time.Time)
 	var out []string
 	for _, e := range evs {
 		out = append(out, fmt.Sprintf("+%.1fs", e.StageTimestamp.Sub(from).Seconds()))
+	}
+	return out, nil
+}
+
+// reportVersions are the resourceVersions of the nodes' PeeringReports
+// ("" for none).
+func reportVersions(ctx context.Context, c *sandbox.Cluster, nodes []string) (map[string]string, error) {
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, n := range nodes {
+		r, err := dyn.Resource(v1alpha1.PeeringReports).Get(ctx, n, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			out[n] = ""
+		case err != nil:
+			return nil, fmt.Errorf("read %s's PeeringReport: %w", n, err)
+		default:
+			out[n] = r.GetResourceVersion()
+		}
 	}
 	return out, nil
 }
