@@ -14,7 +14,7 @@ const AuditLog = "audit"
 
 // auditPolicyYAML records, at Metadata level, only what a scenario wants
 // to count: pod deletions, changes to workloads, writes of Node objects
-// (not their status), and every request of rebound's own identity. Everything else is left out so the log stays
+// (not their status, and with their bodies), and every request of rebound's own identity. Everything else is left out so the log stays
 // small.
 //
 //go:embed audit-policy.yaml
@@ -40,6 +40,9 @@ type AuditEvent struct {
 	ResponseStatus struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
+	// RequestObject is the request's body, logged for Node updates and
+	// patches only (a patch's own body for a patch).
+	RequestObject json.RawMessage `json:"requestObject,omitempty"`
 }
 
 // AuditEvents returns the completed requests the apiserver has logged so

@@ -70,3 +70,33 @@ func (c *Cluster) WaitNodeReady(ctx context.Context, name string, ready bool, ti
 	}
 	return nil
 }
+
+// KubeletReportLabel, on a node, makes kwok leave its Ready condition as
+// ReportNotReady wrote it, while it goes on renewing the node's Lease.
+const KubeletReportLabel = "sandbox.rebound.dev/kubelet-report"
+
+// ReportNotReady makes the node's kubelet report NotReady itself, with
+// reason (e.g. "ContainerRuntimeDown", as a kubelet whose runtime hangs
+// reports), while its Lease keeps renewing: the node is alive and talks to
+// the API, its containers run on. ReportReady undoes it.
+func (c *Cluster) ReportNotReady(ctx context.Context, name, reason string) error {
+	label := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"NotReady"}}}`, KubeletReportLabel)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, label, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("sandbox: label %s's kubelet report: %w", name, err)
+	}
+	now := metav1.Now().UTC().Format(time.RFC3339)
+	status := fmt.Appendf(nil, `{"status":{"conditions":[{"type":"Ready","status":"False","reason":%q,"message":"the lab: the kubelet reports its node NotReady","lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`, reason, now, now)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("sandbox: report %s NotReady: %w", name, err)
+	}
+	return nil
+}
+
+// ReportReady ends ReportNotReady: kwok reports the node Ready again.
+func (c *Cluster) ReportReady(ctx context.Context, name string) error {
+	label := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null}}}`, KubeletReportLabel)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, label, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("sandbox: unlabel %s's kubelet report: %w", name, err)
+	}
+	return nil
+}

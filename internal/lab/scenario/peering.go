@@ -197,13 +197,23 @@ func BirdLabOnSandbox(ctx context.Context, c *sandbox.Cluster, opts birdlab.Opti
 // has every session Established. stop stops the agents started, also
 // when it returns an error.
 func StartMeshAgents(ctx context.Context, c *sandbox.Cluster, lab *birdlab.Lab, set types.NamespacedName, logs io.Writer) (agents []*Agent, stop func(), err error) {
+	return startMeshAgents(ctx, c, lab, set, logs, nil)
+}
+
+// startMeshAgents is StartMeshAgents with, for the nodes in paths, the
+// agent reaching the apiserver through its own path (the lab cuts it).
+func startMeshAgents(ctx context.Context, c *sandbox.Cluster, lab *birdlab.Lab, set types.NamespacedName, logs io.Writer, paths map[string]*sandbox.APIPath) (agents []*Agent, stop func(), err error) {
 	stop = func() {
 		for _, a := range agents {
 			_ = a.Stop()
 		}
 	}
 	for _, n := range lab.Nodes {
-		a, err := StartAgent(c.Config, lab, n, agent.Options{
+		cfg := c.Config
+		if p := paths[n.Name]; p != nil {
+			cfg = p.Config(c.Config)
+		}
+		a, err := StartAgent(cfg, lab, n, agent.Options{
 			PeerSet: set, Debounce: 200 * time.Millisecond, StatusInterval: time.Second, ReportInterval: 2 * time.Second,
 			Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		})

@@ -55,7 +55,18 @@ type S10Options struct {
 	// ShareOfNode is each critical pod's CPU request as a share of
 	// node-0's allocatable CPU (default 0.6: one fits, two do not).
 	ShareOfNode float64
-	Logs        io.Writer
+	// AgentsLoseAPI makes the agents of the partitioned nodes lose the API
+	// with their kubelets, as in a real partition: each BIRD agent
+	// reaches the apiserver through its own path, cut with its node's
+	// heartbeats, and so does each of GossipAgents (started with
+	// OwnAPIPaths). Without it, as the scenario was first written, the
+	// agents keep the API. Either way BGP and gossip go on.
+	AgentsLoseAPI bool
+	GossipAgents  map[string]*GossipAgent
+	// GossipOnly plays it without BIRD or BIRD agents: the gossip agents
+	// are the only witnesses (Bins and Net are not used).
+	GossipOnly bool
+	Logs       io.Writer
 }
 
 func (o S10Options) withDefaults() S10Options {
@@ -153,33 +164,55 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 		}
 	}
 
-	// A BIRD and an agent per node, meshed, every session Established.
-	dir, err := os.MkdirTemp("", "rb10")
-	if err != nil {
-		return res, err
+	// A BIRD and an agent per node, meshed, every session Established
+	// (unless GossipOnly).
+	paths := map[string]*sandbox.APIPath{}
+	if opts.AgentsLoseAPI {
+		for _, n := range cut {
+			p, err := c.OpenAPIPath()
+			if err != nil {
+				return res, err
+			}
+			defer p.Close()
+			paths[n] = p
+			if a := opts.GossipAgents[n]; a != nil && a.API == nil {
+				return res, fmt.Errorf("S10: the gossip agent of %s has no API path of its own to cut", n)
+			}
+		}
 	}
-	defer os.RemoveAll(dir)
-	lab, err := BirdLabOnSandbox(ctx, c, birdlab.Options{Bins: opts.Bins, Net: opts.Net, Dir: dir, Include: true}, nil)
-	if err != nil {
-		return res, err
-	}
-	defer lab.Close()
-	if err := waitMembers(ctx, c, opts.PeerSet, 60*time.Second, "every node in the published set", func(m []string) bool { return len(m) == len(c.NodeNames) }); err != nil {
-		return res, err
-	}
-	if err := lab.StartAll(ctx); err != nil {
-		return res, err
-	}
-	_, stopAgents, err := StartMeshAgents(ctx, c, lab, opts.PeerSet, opts.Logs)
-	defer stopAgents()
-	if err != nil {
+	var labNodes []*birdlab.Node
+	meshBefore := map[string][]byte{}
+	if !opts.GossipOnly {
+		dir, err := os.MkdirTemp("", "rb10")
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(dir)
+		lab, err := BirdLabOnSandbox(ctx, c, birdlab.Options{Bins: opts.Bins, Net: opts.Net, Dir: dir, Include: true}, nil)
+		if err != nil {
+			return res, err
+		}
+		defer lab.Close()
+		labNodes = lab.Nodes
+		if err := waitMembers(ctx, c, opts.PeerSet, 60*time.Second, "every node in the published set", func(m []string) bool { return len(m) == len(c.NodeNames) }); err != nil {
+			return res, err
+		}
+		if err := lab.StartAll(ctx); err != nil {
+			return res, err
+		}
+		_, stopAgents, err := startMeshAgents(ctx, c, lab, opts.PeerSet, opts.Logs, paths)
+		defer stopAgents()
+		if err != nil {
+			return res, err
+		}
+	} else if err := waitMembers(ctx, c, opts.PeerSet, 60*time.Second, "every node in the published set", func(m []string) bool { return len(m) == len(c.NodeNames) }); err != nil {
 		return res, err
 	}
 	if err := waitLabelled(ctx, c, c.NodeNames); err != nil {
 		return res, err
 	}
-	meshBefore := map[string][]byte{}
-	for _, n := range lab.Nodes {
+	for _, n := range labNodes {
+		var err error
 		if meshBefore[n.Name], err = os.ReadFile(n.MeshPath); err != nil {
 			return res, err
 		}
@@ -193,10 +226,26 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 	windowStart := time.Now()
 
 	// The partition: the API stops hearing the nodes one at a time.
-	tl.Step("stop the heartbeats of %s, %s apart; their BIRDs and agents keep running", strings.Join(cut, ", "), opts.Stagger)
+	if opts.AgentsLoseAPI {
+		planes := "their BIRDs and gossip keep running"
+		if opts.GossipOnly {
+			planes = "their gossip keeps running (no BGP)"
+		}
+		tl.Step("cut %s from the API, %s apart: kubelet and agents; %s", strings.Join(cut, ", "), opts.Stagger, planes)
+	} else {
+		tl.Step("stop the heartbeats of %s, %s apart; their BIRDs and agents keep running", strings.Join(cut, ", "), opts.Stagger)
+	}
 	for i, n := range cut {
 		if i > 0 {
 			if err := sleep(ctx, opts.Stagger); err != nil {
+				return res, err
+			}
+		}
+		if p := paths[n]; p != nil {
+			p.Cut()
+		}
+		if a := opts.GossipAgents[n]; a != nil && opts.AgentsLoseAPI {
+			if err := a.CutAPI(); err != nil {
 				return res, err
 			}
 		}
@@ -227,7 +276,7 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 	for _, n := range sortedKeys(removed) {
 		res.Removed[n] = fmt.Sprintf("%s at +%.1fs", how[n], removed[n].Sub(windowStart).Seconds())
 	}
-	for _, n := range lab.Nodes {
+	for _, n := range labNodes {
 		now, err := os.ReadFile(n.MeshPath)
 		if err != nil {
 			return res, err
@@ -235,7 +284,7 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 		if string(now) != string(meshBefore[n.Name]) {
 			res.MeshChanges++
 		}
-		for _, p := range birdlab.Others(lab.Nodes, n) {
+		for _, p := range birdlab.Others(labNodes, n) {
 			if ok, _, _ := birdlab.Established(ctx, n, []*birdlab.Node{p}); !ok {
 				res.LostSessions = append(res.LostSessions, n.Name+"->"+p.Name)
 			}
@@ -290,6 +339,14 @@ func S10AsymmetricPartition(ctx context.Context, c *sandbox.Cluster, tl *Timelin
 	// The heal.
 	tl.Step("start %s again", strings.Join(cut, ", "))
 	for _, n := range cut {
+		if p := paths[n]; p != nil {
+			p.Restore()
+		}
+		if a := opts.GossipAgents[n]; a != nil && opts.AgentsLoseAPI {
+			if err := a.RestoreAPI(); err != nil {
+				return res, err
+			}
+		}
 		if err := c.StartNode(ctx, n); err != nil {
 			return res, err
 		}

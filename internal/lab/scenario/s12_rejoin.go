@@ -66,6 +66,12 @@ func TokenConfig(c *sandbox.Cluster, token string) *rest.Config {
 // WriteTokenKubeconfig writes a kubeconfig for c's API server with token
 // as the only credential, for a process (`rebound agent --kubeconfig`).
 func WriteTokenKubeconfig(c *sandbox.Cluster, token, path string) error {
+	return writeTokenKubeconfig(c, c.Config.Host, token, path)
+}
+
+// writeTokenKubeconfig is WriteTokenKubeconfig for the apiserver at
+// server (c's own, or an APIPath to it).
+func writeTokenKubeconfig(c *sandbox.Cluster, server, token, path string) error {
 	ca := c.Config.CAData
 	if len(ca) == 0 && c.Config.CAFile != "" {
 		var err error
@@ -74,7 +80,7 @@ func WriteTokenKubeconfig(c *sandbox.Cluster, token, path string) error {
 		}
 	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["sandbox"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: ca}
+	cfg.Clusters["sandbox"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
 	cfg.AuthInfos["token"] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts["token"] = &clientcmdapi.Context{Cluster: "sandbox", AuthInfo: "token"}
 	cfg.CurrentContext = "token"

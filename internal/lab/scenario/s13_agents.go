@@ -35,6 +35,9 @@ type GossipAgentOptions struct {
 	Only []string
 	// WrongKey are nodes whose agent holds another key than the others.
 	WrongKey []string
+	// OwnAPIPaths gives each agent its own path to the apiserver
+	// (GossipAgent.API), which the lab cuts with its node's kubelet.
+	OwnAPIPaths bool
 }
 
 // GossipAgent is one `rebound agent --gossip-only` process, and the
@@ -46,6 +49,10 @@ type GossipAgent struct {
 	KeyFile string
 	// Host answers for the node's kernel at its kubelet port.
 	Host *hoststandin.Host
+	// API is the agent's own path to the apiserver, when it has one
+	// (GossipAgentOptions.OwnAPIPaths): cut it and the agent no longer
+	// reaches the API, while its gossip goes on.
+	API *sandbox.APIPath
 
 	binary string
 	args   []string
@@ -104,6 +111,25 @@ func (a *GossipAgent) signal(sig syscall.Signal) error {
 	if err := a.cmd.Process.Signal(sig); err != nil {
 		return fmt.Errorf("signal %v to the agent of %s: %w", sig, a.Node, err)
 	}
+	return nil
+}
+
+// CutAPI cuts the agent's own path to the apiserver (it needs
+// GossipAgentOptions.OwnAPIPaths); its gossip goes on.
+func (a *GossipAgent) CutAPI() error {
+	if a.API == nil {
+		return fmt.Errorf("the agent of %s has no API path of its own to cut", a.Node)
+	}
+	a.API.Cut()
+	return nil
+}
+
+// RestoreAPI ends CutAPI.
+func (a *GossipAgent) RestoreAPI() error {
+	if a.API == nil {
+		return fmt.Errorf("the agent of %s has no API path of its own to restore", a.Node)
+	}
+	a.API.Restore()
 	return nil
 }
 
@@ -248,7 +274,15 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 			return nil, err
 		}
 		kubeconfig := filepath.Join(c.Dir, "agent-"+n+".kubeconfig")
-		if err := WriteTokenKubeconfig(c, token, kubeconfig); err != nil {
+		server := c.Config.Host
+		if opts.OwnAPIPaths {
+			if agents[n].API, err = c.OpenAPIPath(); err != nil {
+				StopAll(agents)
+				return nil, err
+			}
+			server = agents[n].API.URL()
+		}
+		if err := writeTokenKubeconfig(c, server, token, kubeconfig); err != nil {
 			StopAll(agents)
 			return nil, err
 		}
@@ -278,7 +312,8 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 	return agents, nil
 }
 
-// StopAll stops every agent that runs and closes every host stand-in.
+// StopAll stops every agent that runs and closes every host stand-in and
+// API path.
 func StopAll(agents map[string]*GossipAgent) {
 	for _, a := range agents {
 		if a.cmd != nil {
@@ -286,6 +321,9 @@ func StopAll(agents map[string]*GossipAgent) {
 		}
 		if a.Host != nil {
 			a.Host.Close()
+		}
+		if a.API != nil {
+			a.API.Close()
 		}
 	}
 }

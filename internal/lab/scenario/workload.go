@@ -39,6 +39,9 @@ type Workload struct {
 	// PodLabels are added to the pod template's labels (S13 puts its pods
 	// behind a Service with them).
 	PodLabels map[string]string
+	// Tolerations are the pod's (S16's coredns-like pods tolerate the
+	// control-plane node's taint, as coredns does).
+	Tolerations []corev1.Toleration
 }
 
 func (w Workload) String() string { return w.Namespace + "/" + w.Name }
@@ -73,6 +76,9 @@ func (w Workload) Create(ctx context.Context, client kubernetes.Interface) error
 				},
 			},
 		},
+	}
+	if len(w.Tolerations) > 0 {
+		d.Spec.Template.Spec.Tolerations = w.Tolerations
 	}
 	if len(w.Requests) > 0 {
 		d.Spec.Template.Spec.Containers[0].Resources.Requests = w.Requests
