@@ -392,7 +392,7 @@ func TestExplain(t *testing.T) {
 			zone:      "PartialDisruption",
 			decisions: map[string]rescue.Decision{"kube-system/calico-kube-controllers-5d4f-x0": rescue.DecisionHeld},
 			words: []string{`"nodeAlive": "node-2 reports a BGP session Established with it"`,
-				"yet a witness that reaches the API sees it alive (node-2 reports a BGP session Established with it): a node seen alive is not stranded"},
+				"yet a witness that reaches the API sees it alive (cut off from the API, not dead: node-2 reports a BGP session Established with it): a node seen alive is not stranded"},
 		},
 	}, {
 		name: "S4: a returned node waits for a dead peer still in the set",

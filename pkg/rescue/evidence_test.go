@@ -93,7 +93,7 @@ func TestEvidenceOfLifeHolds(t *testing.T) {
 			name:      "S16, default policy, 5 min in: every worker seen alive, nothing deleted",
 			world:     mk(at(5*time.Minute), nil),
 			decisions: held,
-			reasons:   map[string]string{"dns-1-5d4f-x1": "a witness that reaches the API sees it alive (node-0 reads it Alive on the gossip plane"},
+			reasons:   map[string]string{"dns-1-5d4f-x1": "a witness that reaches the API sees it alive (cut off from the API, not dead: node-0 reads it Alive on the gossip plane"},
 			nextCheck: at(5*time.Minute + evidenceRecheck),
 			check: func(t *testing.T, p Plan) {
 				if r := p.Policies[0]; r.Stranded != 0 || r.Held != 5 || !strings.Contains(r.Blocked, "not stranded") {

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 
-	"rebound/pkg/liveness"
 	"rebound/pkg/unreachable"
 )
 
@@ -184,22 +183,6 @@ func keepsOffString(t *corev1.Taint) string {
 		return "a cordon (spec.unschedulable)"
 	}
 	return "taint " + taintString(t)
-}
-
-// evidenceOfLife is the liveness verdict's first-hand evidence that a
-// NotReady node runs, seen by a witness that reaches the API (a fresh
-// gossip Alive read, an Established BGP session), "" when none. A node seen
-// alive is not stranded: it lost the API, or its path to it, not its life.
-// pkg/liveness is to publish this predicate itself
-// (NodeVerdict.EvidenceOfLife); this stands in for it until then.
-func evidenceOfLife(v liveness.NodeVerdict) string {
-	if v.Verdict != liveness.CutOffFromAPI {
-		return ""
-	}
-	if v.Reason == "" {
-		return "verdict " + string(v.Verdict)
-	}
-	return v.Reason
 }
 
 // evidenceRecheck is how often a pod held by evidence of life is planned

@@ -320,7 +320,7 @@ func TestCutOffFromAPI(t *testing.T) {
 		w.pod("etcd-0", "node-3", "StatefulSet", "etcd")
 		return w
 	}
-	heldAlive := "yet a witness that reaches the API sees it alive (" + evidence + "): a node seen alive is not stranded"
+	heldAlive := "yet a witness that reaches the API sees it alive (cut off from the API, not dead: " + evidence + "): a node seen alive is not stranded"
 	tests := []planCase{
 		{
 			name:      "stateless pod on a node alive but cut off: Held, not stranded, the reason names the evidence",
@@ -342,21 +342,21 @@ func TestCutOffFromAPI(t *testing.T) {
 				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionHeld},
-			reasons:   map[string]string{coredns: "appears alive to a witness that reaches the API (" + evidence + "): a node seen alive is not stranded, so no ScaleDown"},
+			reasons:   map[string]string{coredns: "appears alive to a witness that reaches the API (cut off from the API, not dead: " + evidence + "): a node seen alive is not stranded, so no ScaleDown"},
 			nextCheck: at(5*time.Minute + evidenceRecheck),
 		},
 		{
 			name:      "stateful pod, not fenced, alive: WaitingForFencing with the evidence",
 			world:     func() *world { return alive(sts(s1(at(time.Minute)))) },
 			decisions: map[string]Decision{coredns: DecisionHeld, "etcd-0": DecisionWaitingForFencing},
-			reasons:   map[string]string{"etcd-0": "appears alive but cut off from the API (" + evidence + ")"},
+			reasons:   map[string]string{"etcd-0": "appears alive but cut off from the API (cut off from the API, not dead: " + evidence + ")"},
 			nextCheck: at(time.Minute + evidenceRecheck),
 		},
 		{
 			name:      "stateful pod, fenced but alive: Held, never force-deleted",
 			world:     func() *world { return alive(sts(s1(at(time.Minute)), outOfService())) },
 			decisions: map[string]Decision{coredns: DecisionHeld, "etcd-0": DecisionHeld},
-			reasons:   map[string]string{"etcd-0": "fenced (node.kubernetes.io/out-of-service:NoExecute) yet it appears alive (" + evidence + "): the two signals disagree"},
+			reasons:   map[string]string{"etcd-0": "fenced (node.kubernetes.io/out-of-service:NoExecute) yet it appears alive (cut off from the API, not dead: " + evidence + "): the two signals disagree"},
 			nextCheck: at(time.Minute + evidenceRecheck),
 		},
 		{
