@@ -131,7 +131,9 @@ func s10WithAgents(t *testing.T, bins birdtest.Binaries, gossipOnly bool) {
 	applyFiles(ctx, t, cl, false, writePolicy(t, "s10", policyTime))
 	ctrl := startController(t, c, "--kubeconfig", serviceAccountKubeconfig(ctx, t, c, "rebound-system", "rebound"),
 		"--lease-plane", "--peering", "--peering-prune-grace-period", pruneGrace.String(), "--peering-report-max-age", "10s")
-	agents, err := scenario.StartGossipAgents(ctx, c, scenario.GossipAgentOptions{Binary: reboundBinary, OwnAPIPaths: true})
+	// The agents refresh an unchanged read at a third of the controller's
+	// 10 s report age, the product's ratio (60 s against 3 min).
+	agents, err := scenario.StartGossipAgents(ctx, c, scenario.GossipAgentOptions{Binary: reboundBinary, OwnAPIPaths: true, ReportInterval: 3 * time.Second})
 	must(t, err)
 	t.Cleanup(func() {
 		scenario.StopAll(agents)

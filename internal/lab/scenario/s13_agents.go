@@ -38,6 +38,12 @@ type GossipAgentOptions struct {
 	// OwnAPIPaths gives each agent its own path to the apiserver
 	// (GossipAgent.API), which the lab cuts with its node's kubelet.
 	OwnAPIPaths bool
+	// ReportInterval, when set, is the agents' --report-interval: the
+	// longest time between two writes of an unchanged gossip read. A
+	// controller whose --peering-report-max-age is shorter than the
+	// product's needs it at a third of that age, the product's ratio,
+	// or an unchanged read of a live node ages out.
+	ReportInterval time.Duration
 }
 
 // GossipAgent is one `rebound agent --gossip-only` process, and the
@@ -304,6 +310,9 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 			"--gossip-namespace", GossipNamespace, "--gossip-service", GossipService,
 			"--gossip-bind-address", addr(i), "--gossip-port", fmt.Sprint(GossipPort),
 			"--gossip-join", strings.Join(join, ","), "--health-addr", "", "--metrics-bind-address", "0"}
+		if opts.ReportInterval > 0 {
+			a.args = append(a.args, "--report-interval", opts.ReportInterval.String())
+		}
 		if err := a.start(); err != nil {
 			StopAll(agents)
 			return nil, err
