@@ -44,21 +44,28 @@ const (
 // Rule is one entry of the table.
 type Rule struct {
 	Name RuleName
-	// Life: a match is evidence of life, and holds every destructive act.
+	// Life: a match is evidence of life: the node stays in the mesh and
+	// is never marked.
 	Life bool
+	// FirstHand: the evidence shows the node running now, not only a
+	// session that has not timed out yet. Only first-hand life holds a
+	// rescue: a dead peer's BGP session stays Established for up to
+	// BIRD's hold time (240 s), and a rescue held for it would come
+	// minutes late for a node that is gone.
+	FirstHand bool
 	// Match says whether v matches, and why in words.
 	Match func(v NodeVerdict) (why string, ok bool)
 }
 
 // Rules is the table, in order.
 var Rules = []Rule{
-	{Name: RuleCutOff, Life: true, Match: func(v NodeVerdict) (string, bool) {
+	{Name: RuleCutOff, Life: true, FirstHand: true, Match: func(v NodeVerdict) (string, bool) {
 		return "cut off from the API, not dead: " + v.Reason, v.Verdict == CutOffFromAPI
 	}},
 	{Name: RuleVeto, Life: true, Match: func(v NodeVerdict) (string, bool) {
 		return "a live observer vetoes its death: " + v.Veto, v.Veto != ""
 	}},
-	{Name: RuleLeaseRenewing, Life: true, Match: func(v NodeVerdict) (string, bool) {
+	{Name: RuleLeaseRenewing, Life: true, FirstHand: true, Match: func(v NodeVerdict) (string, bool) {
 		return fmt.Sprintf("its kubelet reaches the API: rebound watched its Lease renew at %s (stale only from %s)", stamp(v.LeaseRenewSeen), stamp(v.LeaseStaleAt)), v.LeaseFresh()
 	}},
 	{Name: RuleDeadEarly, Match: func(v NodeVerdict) (string, bool) {
@@ -80,15 +87,24 @@ func (v NodeVerdict) Rule() (Rule, string) {
 	return Rule{Name: RuleNone}, v.Reason
 }
 
-// EvidenceOfLife says why the node is alive first-hand, and whether it
-// is: cut off from the API but seen alive by a witness that counts, a
-// live observer's veto, or its Lease seen renewing. Every destructive
-// planner holds such a node: peering keeps it in the mesh (and puts it
-// back at once), pkg/unreachable does not mark it, pkg/rescue neither
-// strands its pods nor doubts it as a target.
+// EvidenceOfLife says why the node may be alive, and whether it may:
+// cut off from the API but seen alive by a witness that counts, a live
+// observer's veto, or its Lease seen renewing. Peering keeps such a node
+// in the mesh (and puts it back at once), and pkg/unreachable does not
+// mark it.
 func (v NodeVerdict) EvidenceOfLife() (string, bool) {
 	r, why := v.Rule()
 	return why, r.Life
+}
+
+// FirstHandLife says why the node runs now, first-hand, and whether it
+// does: cut off from the API but seen alive by a witness that counts, or
+// its Lease seen renewing; never a veto alone (a session that has not
+// timed out). pkg/rescue holds the pods of such a node: a node seen
+// alive is not stranded.
+func (v NodeVerdict) FirstHandLife() (string, bool) {
+	r, why := v.Rule()
+	return why, r.Life && r.FirstHand
 }
 
 // DeadEarly reports whether the table makes the node Dead on both planes

@@ -38,6 +38,12 @@ func TestRules(t *testing.T) {
 			if w, life := tc.v.EvidenceOfLife(); life != tc.life || (life && w != why) {
 				t.Errorf("EvidenceOfLife %q %v", w, life)
 			}
+			// Only a veto is life that is not first-hand: a session that
+			// has not timed out holds the mesh, never a rescue.
+			firstHand := tc.life && tc.rule != RuleVeto
+			if _, fh := tc.v.FirstHandLife(); fh != firstHand {
+				t.Errorf("FirstHandLife %v, want %v", fh, firstHand)
+			}
 			if tc.v.DeadEarly() != (tc.rule == RuleDeadEarly) {
 				t.Errorf("DeadEarly %v", tc.v.DeadEarly())
 			}

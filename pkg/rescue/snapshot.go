@@ -175,7 +175,7 @@ type nodeState struct {
 	// Since); zero without a verdict.
 	observed time.Time
 	// alive is the CutOffFromAPI verdict's evidence that the node still
-	// runs (liveness.NodeVerdict.EvidenceOfLife); "" otherwise.
+	// runs (liveness.NodeVerdict.FirstHandLife); "" otherwise.
 	alive string
 	// ahead counts the untainted NotReady nodes of the same zone that
 	// upstream's taint queue serves before this one (see queuePositions).
@@ -247,7 +247,7 @@ func indexNodes(nodes []*corev1.Node, verdicts map[string]liveness.NodeVerdict, 
 			}
 			if v, ok := verdicts[n.Name]; ok && v.Verdict != liveness.Alive {
 				ns.observed = v.Since
-				if why, alive := v.EvidenceOfLife(); alive {
+				if why, alive := v.FirstHandLife(); alive {
 					ns.alive = why
 				}
 			}
