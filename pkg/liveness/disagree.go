@@ -113,6 +113,28 @@ func DeadVoteKey(watcher string, w Watch) string {
 	return watcher + "/" + w.Node + "@" + w.Since.UTC().Format(time.RFC3339Nano)
 }
 
+// ReadSeenKey names one gossip read of reporter (its ObservedAt) in
+// Distrust.DeadSeen, which keeps when this process first saw each read.
+func ReadSeenKey(reporter string, observedAt time.Time) string {
+	return "read:" + reporter + "@" + observedAt.UTC().Format(time.RFC3339Nano)
+}
+
+// readSeen is when the history first saw reporter's gossip read written at
+// observedAt, on rebound's clock: an Alive read is judged against a
+// node's loss by it, not by the agent's clock (an agent clock behind
+// would date a read after the loss before it). Without a record (a
+// one-shot CLI) it is the agent's own time; a read not seen before is
+// seen now.
+func (d *Distrust) readSeen(reporter string, observedAt, now time.Time) time.Time {
+	if d == nil || d.DeadSeen == nil {
+		return observedAt
+	}
+	if at, ok := d.DeadSeen[ReadSeenKey(reporter, observedAt)]; ok {
+		return at
+	}
+	return now
+}
+
 // deadSeen is when the history first saw watcher's Dead watch w; ok is
 // false without such a record.
 func (d *Distrust) deadSeen(watcher string, w Watch, now time.Time) (time.Time, bool) {
@@ -143,7 +165,7 @@ type DistrustTracker struct {
 }
 
 // SeeReports records, on rebound's clock, when this process first saw
-// each Dead watch in rs (Distrust.DeadSeen). Call it each pass before
+// each Dead watch in rs, and each gossip read (Distrust.DeadSeen). Call it each pass before
 // Assess; several planners may, each with the reports it reads. A watch
 // no pass has seen for longer than a report's maximum age is forgotten.
 func (t *DistrustTracker) SeeReports(rs []Report, now time.Time) {
@@ -157,6 +179,11 @@ func (t *DistrustTracker) SeeReports(rs []Report, now time.Time) {
 		if r.Gossip == nil {
 			continue
 		}
+		k := ReadSeenKey(r.Reporter, r.Gossip.ObservedAt)
+		if _, ok := t.deadSeen[k]; !ok {
+			t.deadSeen[k] = now
+		}
+		t.deadPresent[k] = now
 		for _, w := range r.Gossip.Watches {
 			if w.State != GossipDead {
 				continue

@@ -225,6 +225,23 @@ type loss struct {
 	// death began and renewed since (Lease.StaleAfter): such a Dead vote
 	// is a death followed by a return, not refuted, and no lie.
 	returned func(began time.Time) bool
+	// readAt, when set, times a reporter's read on rebound's clock
+	// (Distrust.readSeen): an Alive read counts from when this process
+	// first saw it, whatever the agent's clock says.
+	readAt func(reporter string, observedAt time.Time) time.Time
+}
+
+// aliveBefore: an Alive read by reporter written at observedAt predates
+// the loss, and abstains.
+func (at loss) aliveBefore(reporter string, observedAt time.Time) bool {
+	if at.alive.IsZero() {
+		return false
+	}
+	read := observedAt
+	if at.readAt != nil {
+		read = at.readAt(reporter, observedAt)
+	}
+	return read.Before(at.alive)
 }
 
 // gossipVotes tallies node's watchers. ring holds the reporters with a
@@ -284,7 +301,7 @@ func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, vote
 			g.down++
 			g.downVoters = append(g.downVoters, w)
 		case GossipAlive:
-			if !at.alive.IsZero() && !read.After(at.alive) {
+			if at.aliveBefore(w, read) {
 				g.before++
 				continue
 			}
@@ -297,7 +314,7 @@ func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, vote
 		}
 	}
 	for _, r := range witnesses {
-		if r.by == node || slices.Contains(ws, r.by) || (!at.alive.IsZero() && !r.read.After(at.alive)) {
+		if r.by == node || slices.Contains(ws, r.by) || at.aliveBefore(r.by, r.read) {
 			continue
 		}
 		g.witnesses++
@@ -515,20 +532,35 @@ func (p *planes) votes(name string, v *NodeVerdict, at loss) gossipPlane {
 // whose Lease renews is judged by nothing early).
 func (p *planes) lossOf(name string, v NodeVerdict) loss {
 	if !v.LeaseStaleAt.IsZero() && v.LeaseStale {
-		at := loss{dead: v.LeaseRenewSeen, alive: v.LeaseRenewSeen.Add(p.in.Leases[name].RenewInterval), seen: p.deadSeen()}
+		at := loss{dead: v.LeaseRenewSeen, alive: v.LeaseRenewSeen.Add(p.in.Leases[name].RenewInterval), seen: p.deadSeen(), readAt: p.readAt()}
 		if !v.LeaseFirstSight {
 			at.renewed = v.LeaseRenewSeen
+		} else {
+			// A first sight is this process's start, not a renewal: the
+			// node was lost before it. A read it has seen since its start
+			// is after the loss (an Alive read only keeps a node in).
+			at.alive = v.LeaseRenewSeen
 		}
 		return at
 	}
 	if n, ok := p.byName[name]; ok && !n.Ready {
-		at := loss{dead: v.Since, alive: v.Since, seen: p.deadSeen()}
+		at := loss{dead: v.Since, alive: v.Since, seen: p.deadSeen(), readAt: p.readAt()}
 		if !v.LeaseStaleAt.IsZero() && !v.LeaseFirstSight {
 			at.renewed = v.LeaseRenewSeen
 		}
 		return at
 	}
 	return loss{}
+}
+
+// readAt times gossip reads on rebound's clock when the caller keeps the
+// record (Distrust.DeadSeen), nil otherwise.
+func (p *planes) readAt() func(string, time.Time) time.Time {
+	d := p.in.Distrust
+	if d == nil || d.DeadSeen == nil {
+		return nil
+	}
+	return func(reporter string, observedAt time.Time) time.Time { return d.readSeen(reporter, observedAt, p.now) }
 }
 
 // deadSeen times Dead votes on rebound's clock when the caller keeps the
