@@ -41,3 +41,46 @@ func TestAttackWitnessClockBehind(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackWitnessAfterRestart: S16 five minutes in, and the controller
+// restarts. Every worker's Lease is a first sight (the restart, 15 s ago:
+// stale now), node-0's renewal has been watched since, and node-0's last
+// read, written 40 s ago (its agent writes on change and every report
+// interval, 60 s), has every worker Alive by its own probes, minutes
+// after the workers went NotReady in the API. That read was taken after
+// the loss: it is evidence of life. A restarted judge that dates the loss
+// from its own first sight of the Lease throws it away for up to a
+// report interval, and with S13's 0 s policy (its clock starting at
+// rebound's first sight) the live workers' pods are stranded at once.
+func TestAttackWitnessAfterRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		read time.Duration // node-0's read, ago
+	}{
+		{name: "node-0's read written after the restart (control)", read: time.Second},
+		{name: "node-0's read written before the restart, minutes after the loss", read: 40 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := partitioned(6)
+			in.Reports[0].Gossip.ObservedAt = ago(tc.read)
+			for _, name := range names(in)[1:] {
+				in.Leases[name] = Lease{RenewSeen: ago(15 * time.Second), RenewInterval: 10 * time.Second, FirstSight: true}
+				in.FirstSeen[name] = ago(15 * time.Second)
+			}
+			for i := range in.Nodes[1:] {
+				in.Nodes[i+1].Transition = ago(5 * time.Minute)
+			}
+			// The other agents' reads are older still (cut off before the loss).
+			for i := range in.Reports[1:] {
+				in.Reports[i+1].Gossip.ObservedAt = ago(170 * time.Second)
+			}
+			a := Assess(in, t0)
+			for _, name := range names(in)[1:] {
+				v := a.Of(name)
+				if _, alive := v.EvidenceOfLife(); !alive {
+					t.Errorf("%s: %s, no evidence of life though node-0 probed it alive minutes after it went NotReady: %s", name, v.Verdict, v.Reason)
+				}
+			}
+		})
+	}
+}
