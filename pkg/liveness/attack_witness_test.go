@@ -84,3 +84,39 @@ func TestAttackWitnessAfterRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackWitnessHostAnswers: S16, and node-3's agent is down (crash
+// looping, OOM-killed) while node-3 runs: node-0, the one node that
+// reaches the API, probes it after the loss, its member is silent but its
+// host's kubelet port answers (MemberDown). The kubelet answering after
+// the loss is first-hand sight of a live node, the same fact the
+// self-silenced rule counts as "answering" (planes.answersAfter); yet it
+// is no evidence of life here: node-3 is Unknown, stranded after the
+// policy, its pods deleted and itself pruned, where upstream
+// (PartialDisruption) evicts nothing. Row two: the guard that a witness's
+// Dead read of a really dead node-3 is no evidence either (S16's dead
+// worker is rescued after the policy).
+func TestAttackWitnessHostAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		state string
+		alive bool
+	}{
+		{name: "node-0 reads node-3's host answering, its member silent (MemberDown): alive", state: GossipMemberDown, alive: true},
+		{name: "guard: node-0 reads node-3 Dead (host silent): no evidence of life", state: GossipDead, alive: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := partitioned(6)
+			g := in.Reports[0].Gossip
+			for i := range g.Watches {
+				if g.Watches[i].Node == "node-3" {
+					g.Watches[i].State, g.Watches[i].Since = tc.state, ago(20*time.Second)
+				}
+			}
+			v := Assess(in, t0).Of("node-3")
+			if _, alive := v.EvidenceOfLife(); alive != tc.alive {
+				t.Fatalf("node-3 evidence of life %v, want %v: %s: %s", alive, tc.alive, v.Verdict, v.Reason)
+			}
+		})
+	}
+}
