@@ -31,6 +31,10 @@ func TestAttackWitnessClockBehind(t *testing.T) {
 			// Written 30 s ago on rebound's clock: 3 s after the loss
 			// (Leases renewed 45 s ago, stale 33 s ago).
 			in.Reports[0].Gossip.ObservedAt = ago(30 * time.Second).Add(tc.skew)
+			// The controller's history: it first saw the read when it
+			// was written, 30 s ago on its own clock.
+			in.Distrust = &Distrust{Since: ago(time.Hour), DeadSeen: map[string]time.Time{
+				ReadSeenKey("node-0", in.Reports[0].Gossip.ObservedAt): ago(30 * time.Second)}}
 			a := Assess(in, t0)
 			for _, name := range names(in)[1:] {
 				v := a.Of(name)
@@ -73,6 +77,12 @@ func TestAttackWitnessAfterRestart(t *testing.T) {
 			// The other agents' reads are older still (cut off before the loss).
 			for i := range in.Reports[1:] {
 				in.Reports[i+1].Gossip.ObservedAt = ago(170 * time.Second)
+			}
+			// The restarted controller's history: it began 15 s ago, and
+			// first saw each read then, or when it was written since.
+			in.Distrust = &Distrust{Since: ago(15 * time.Second), DeadSeen: map[string]time.Time{}}
+			for _, r := range in.Reports {
+				in.Distrust.DeadSeen[ReadSeenKey(r.Reporter, r.Gossip.ObservedAt)] = latestOf(ago(15*time.Second), r.Gossip.ObservedAt)
 			}
 			a := Assess(in, t0)
 			for _, name := range names(in)[1:] {
@@ -119,4 +129,11 @@ func TestAttackWitnessHostAnswers(t *testing.T) {
 			}
 		})
 	}
+}
+
+func latestOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

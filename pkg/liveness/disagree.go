@@ -234,7 +234,11 @@ func (t *DistrustTracker) Observe(a Assessment, now time.Time) {
 	t.begin(now)
 	for name, d := range a.Disagreements {
 		if d.Reason == WatchersSayDead && now.After(t.last[name]) {
-			t.last[name], t.silent[name] = now, d.SelfSilenced
+			// Once seen forged within its window, a node stays counted as
+			// forged: a forger must not turn it into a self-silenced one
+			// by the timing of its claims.
+			_, known := t.last[name]
+			t.last[name], t.silent[name] = now, d.SelfSilenced && (!known || t.silent[name])
 		}
 	}
 	for name, at := range t.last {
@@ -305,7 +309,7 @@ func (p *planes) disagreement(name string) (Disagreement, bool) {
 	if g.watchers >= 2 && g.refuted >= Quorum(g.watchers) {
 		d := Disagreement{Reason: WatchersSayDead, Detail: fmt.Sprintf("%d of its %d gossip watchers (%s) say Dead since before a renewal of its Lease: %s",
 			g.refuted, g.watchers, strings.Join(g.refutedVoters, ", "), renewed)}
-		if by := p.answersAfter(name, g.refutedFrom); by != "" {
+		if by := p.answering(name); by != "" {
 			d.Detail += fmt.Sprintf("; yet %s has it answering since: a forged or broken plane, counted toward --gossip-distrust-share", by)
 		} else {
 			d.SelfSilenced = true
@@ -330,15 +334,17 @@ func (p *planes) disagreement(name string) (Disagreement, bool) {
 	return Disagreement{}, false
 }
 
-// answersAfter names the first reporter (in reporter order) whose fresh
-// gossip read, written after at, has node Alive or its host answering
-// (MemberDown), or "" when none does. The read's time is its agent's
-// clock and at may be rebound's: a read up to MaxClockSkew before at
-// counts too, the side that counts a node toward the share.
-func (p *planes) answersAfter(node string, at time.Time) string {
+// answering names the first reporter (in reporter order) whose fresh
+// gossip read has node Alive or its host answering (MemberDown), or ""
+// when none does. Any fresh read counts, however long before the Dead
+// claims it was written: a forger controls when its claims begin (a new
+// Since is a new claim), and would otherwise renew them just after an
+// honest watcher's periodic write to pass for the node's own silence.
+// A node that really silences itself is read Dead by its watchers within
+// a probe or two: they write on a change.
+func (p *planes) answering(node string) string {
 	for _, r := range p.ring {
-		g := p.gossip[r]
-		if w, ok := g.Of(node); ok && (w.State == GossipAlive || w.State == GossipMemberDown) && g.ObservedAt.After(at.Add(-p.opts.MaxClockSkew)) {
+		if w, ok := p.gossip[r].Of(node); ok && (w.State == GossipAlive || w.State == GossipMemberDown) {
 			return r
 		}
 	}

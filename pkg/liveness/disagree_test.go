@@ -78,7 +78,7 @@ func TestPlanesDisagree(t *testing.T) {
 			history: &Distrust{Since: ago(time.Hour), LastSaid: map[string]time.Time{victim: ago(4 * time.Minute)}},
 			setup:   func(w *gossipWorld) { forge(time.Time{})(w); w.stale(victim) }},
 		// Members down or missing: the plane measures rebound's pod.
-		{name: "its member down, its host answering: MemberDown is no vote, the Lease stale: no early action", want: Alive, words: "does not corroborate",
+		{name: "its member down, its host answering after the loss: no Dead vote, and a live kernel seen first-hand: CutOffFromAPI, no early action", want: CutOffFromAPI, words: "host answering",
 			history: noHold(), setup: func(w *gossipWorld) {
 				for _, x := range w.watchers(victim) {
 					w.say(x, victim, GossipMemberDown)

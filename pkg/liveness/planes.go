@@ -183,18 +183,23 @@ type gossipPlane struct {
 	// Lease renewal rebound watched since.
 	before, refuted int
 	refutedVoters   []string
-	refutedFrom     time.Time // the earliest refuted vote's death
 	// returned counts the Dead votes of a death its Lease then confirmed
 	// (stale after it began) before renewing again: a return.
 	returned int
 	// witnesses counts the Alive reads, after the loss, of reporters
 	// that are not its ring watchers but reach the API (witness).
 	witnesses int
+	// hostUp counts the reads, after the loss, by a ring watcher or a
+	// witness, that found its member silent but its host answering
+	// (MemberDown): a live kernel, seen first-hand. Before a loss a
+	// member down is no vote either way; after it, the node lost the
+	// API, not its life (its agent crashed, the kubelet's path is cut).
+	hostUp int
 }
 
-// seenAlive: a ring watcher or a witness has the node alive, after its
-// loss: first-hand life, and a veto of its death.
-func (g gossipPlane) seenAlive() bool { return g.up+g.witnesses > 0 }
+// seenAlive: a ring watcher or a witness has the node alive, or its host
+// answering, after its loss: first-hand life, and a veto of its death.
+func (g gossipPlane) seenAlive() bool { return g.up+g.witnesses+g.hostUp > 0 }
 
 func (g gossipPlane) dead() bool {
 	return g.watchers >= 2 && !g.seenAlive() && g.down >= Quorum(g.watchers)
@@ -293,9 +298,6 @@ func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, vote
 				}
 				g.refuted++
 				g.refutedVoters = append(g.refutedVoters, w)
-				if g.refutedFrom.IsZero() || began.Before(g.refutedFrom) {
-					g.refutedFrom = began
-				}
 				continue
 			}
 			g.down++
@@ -311,15 +313,29 @@ func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, vote
 			}
 		case GossipMemberDown:
 			g.memberDown = append(g.memberDown, w)
+			if !at.alive.IsZero() && !at.aliveBefore(w, read) {
+				g.hostUp++
+				if g.alive == "" {
+					g.alive = fmt.Sprintf("%s, one of its %d gossip watchers, finds its host answering (its member silent) since %s", w, len(ws), stamp(watch.Since))
+				}
+			}
 		}
 	}
 	for _, r := range witnesses {
 		if r.by == node || slices.Contains(ws, r.by) || at.aliveBefore(r.by, r.read) {
 			continue
 		}
-		g.witnesses++
+		if r.state == GossipMemberDown {
+			g.hostUp++
+		} else {
+			g.witnesses++
+		}
 		if g.alive == "" {
-			g.alive = fmt.Sprintf("%s, a witness that reaches the API (Ready, its Lease renewing) though not one of its %d gossip watchers, has it Alive since %s", r.by, len(ws), stamp(r.since))
+			what := "has it Alive"
+			if r.state == GossipMemberDown {
+				what = "finds its host answering (its member silent)"
+			}
+			g.alive = fmt.Sprintf("%s, a witness that reaches the API (Ready, its Lease renewing) though not one of its %d gossip watchers, %s since %s", r.by, len(ws), what, stamp(r.since))
 		}
 	}
 	return g
@@ -329,6 +345,7 @@ func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, vote
 // the API (planes.witnesses).
 type aliveRead struct {
 	by          string
+	state       string // GossipAlive, or GossipMemberDown: its host answers
 	read, since time.Time
 }
 
@@ -418,8 +435,8 @@ func newPlanes(in Input, byName map[string]Node, now time.Time, opts Options) *p
 		}
 		g := p.gossip[r]
 		for _, w := range g.Watches {
-			if reads, lost := p.witnessed[w.Node]; lost && w.State == GossipAlive {
-				p.witnessed[w.Node] = append(reads, aliveRead{by: r, read: g.ObservedAt, since: w.Since})
+			if reads, lost := p.witnessed[w.Node]; lost && (w.State == GossipAlive || w.State == GossipMemberDown) {
+				p.witnessed[w.Node] = append(reads, aliveRead{by: r, state: w.State, read: g.ObservedAt, since: w.Since})
 			}
 		}
 	}

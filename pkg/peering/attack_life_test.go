@@ -44,6 +44,16 @@ func TestAttackRestartDropsAliveReads(t *testing.T) {
 				in.Reports = append(in.Reports, Report{Reporter: n, Gossip: &liveness.GossipReport{ObservedAt: ago(tc.read), Members: len(names),
 					Watches: []liveness.Watch{{Node: "b", State: liveness.GossipAlive, Since: ago(time.Hour)}}}})
 			}
+			// The restarted controller's history: it began at the restart
+			// and first saw each read then, or when it was written since.
+			in.Distrust = &liveness.Distrust{Since: restart, DeadSeen: map[string]time.Time{}}
+			for _, r := range in.Reports {
+				seen := r.Gossip.ObservedAt
+				if seen.Before(restart) {
+					seen = restart
+				}
+				in.Distrust.DeadSeen[liveness.ReadSeenKey(r.Reporter, r.Gossip.ObservedAt)] = seen
+			}
 			res := Plan(in, t0)
 			if d := decisionOf(res, "b"); !d.InSet {
 				t.Fatalf("b, alive to every reader, left the mesh after a controller restart: %s %s", d.Reason, d.Message)

@@ -45,7 +45,7 @@ func TestPlanEvidenceOfLife(t *testing.T) {
 		{name: "NotReady by its own kubelet, Lease renewed 1 s ago, no reports: stays in past the prune grace",
 			bLease: renewing, prev: inSet(time.Time{}), wantIn: true, words: "kubelet reaches the API"},
 		{name: "the same with its gossip member down (MemberDown, no vote): stays in",
-			bLease: renewing, reports: gossip(liveness.GossipMemberDown), prev: inSet(time.Time{}), wantIn: true, words: "kubelet reaches the API"},
+			bLease: renewing, reports: gossip(liveness.GossipMemberDown), prev: inSet(time.Time{}), wantIn: true, words: "host answering"},
 		{name: "out of the mesh, its Lease renewing again: back in at once",
 			bLease: renewing, prev: outOfSet(ago(3*time.Minute), ago(3*time.Minute)), wantIn: true, wantAdded: true},
 		{name: "out of the mesh, its Lease stale, its watchers' fresh Alive reads: back in at once",
