@@ -1,9 +1,12 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -66,6 +69,11 @@ type PeeringOptions struct {
 	// recovery controller's verdicts feed (LivenessVerdicts); nil means
 	// none kept: only what disagrees now holds.
 	Distrust *liveness.DistrustTracker
+	// Liveness is the one judge the recovery and unreachable reconcilers
+	// read too (LivenessVerdicts over the same trackers): when set, the
+	// planner reads its verdicts and judges nothing itself. Nil: the
+	// planner judges its own input (tests).
+	Liveness func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment
 }
 
 func (o PeeringOptions) withDefaults() PeeringOptions {

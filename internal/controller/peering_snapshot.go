@@ -60,11 +60,16 @@ func (r *PeeringReconciler) snapshot(ctx context.Context, log logr.Logger) (peer
 	// Dead votes are timed by when a pass first saw them, whichever
 	// planner's pass it was (the verdicts' pass records them too).
 	r.opts.Distrust.SeeReports(rs, now)
-	return peeringSnapshot{
-		Now:   now,
-		Nodes: list.Items,
-		Input: peering.Input{Nodes: nodes, Reports: rs, FirstSeen: firstSeen, Leases: r.opts.Leases.Leases(), Distrust: r.opts.Distrust.Distrust(now), State: st, Config: r.opts.Config},
-	}, nil
+	in := peering.Input{Nodes: nodes, Reports: rs, FirstSeen: firstSeen, Leases: r.opts.Leases.Leases(), Distrust: r.opts.Distrust.Distrust(now), State: st, Config: r.opts.Config}
+	if r.opts.Liveness != nil {
+		all := make([]*corev1.Node, len(list.Items))
+		for i := range list.Items {
+			all[i] = &list.Items[i]
+		}
+		a := r.opts.Liveness(ctx, all, now)
+		in.Assessment = &a
+	}
+	return peeringSnapshot{Now: now, Nodes: list.Items, Input: in}, nil
 }
 
 // plannedNodesAndReports turns the selected nodes and the agents' reports

@@ -115,16 +115,33 @@ type planFacts struct {
 func newPlanFacts(in Input, now time.Time) planFacts {
 	cfg := in.Config.WithDefaults()
 	nodes := uniqueSortedNodes(in.Nodes)
+	var lv liveness.Assessment
+	if in.Assessment != nil {
+		lv = *in.Assessment
+	} else {
+		lv = liveness.Assess(liveness.Input{Nodes: livenessNodes(nodes), Reports: in.Reports, FirstSeen: in.FirstSeen, Leases: in.Leases, Distrust: in.Distrust, Options: cfg.Evidence}, now)
+	}
 	return planFacts{
 		cfg:         cfg,
 		nodes:       nodes,
 		reports:     in.Reports,
 		prev:        in.State,
-		lv:          liveness.Assess(liveness.Input{Nodes: livenessNodes(nodes), Reports: in.Reports, FirstSeen: in.FirstSeen, Leases: in.Leases, Distrust: in.Distrust, Options: cfg.Evidence}, now),
+		lv:          lv,
 		dups:        duplicateAddresses(nodes, in.State),
 		firstReturn: zone.FullDisruptionEnd(nodes, func(n Node) (bool, time.Time) { return n.Ready, n.LastTransition }),
 		now:         now,
 	}
+}
+
+// leasePlane counts the Lease plane over the planned nodes only: the one
+// judge's assessment holds every node, and a node this planner does not
+// hold must not end (or start) a stall for it.
+func (p planFacts) leasePlane() liveness.LeasePlane {
+	planned := make(map[string]bool, len(p.nodes))
+	for _, n := range p.nodes {
+		planned[n.Name] = true
+	}
+	return liveness.LeasePlaneOf(p.lv.Nodes, func(node string) bool { return planned[node] })
 }
 
 // assessment is the membership rules applied to every node with NotReady
@@ -150,7 +167,7 @@ type assessment struct {
 }
 
 func (p planFacts) assess(thawedAt time.Time) assessment {
-	a := assessment{decisions: make([]decision, len(p.nodes)), allNotReady: len(p.nodes) > 0, leases: p.lv.LeasePlane()}
+	a := assessment{decisions: make([]decision, len(p.nodes)), allNotReady: len(p.nodes) > 0, leases: p.leasePlane()}
 	restart := latestOf(thawedAt, p.firstReturn)
 	if settle := p.cfg.NodeGracePeriod - p.cfg.PruneGracePeriod; !restart.IsZero() && settle > 0 {
 		// After a stall every node gets the node grace period again

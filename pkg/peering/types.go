@@ -225,8 +225,14 @@ type Input struct {
 	// (liveness.DistrustTracker), nil for none kept: a node whose gossip
 	// plane lied lately is not found dead by it.
 	Distrust *liveness.Distrust
-	State    State
-	Config   Config
+	// Assessment, when set, is the one judge's verdicts (the controller's,
+	// shared with every other planner): the planner reads it and judges
+	// nothing itself, so that it cannot read another slice of the model
+	// than the others. Nil: the planner judges the input above itself
+	// (diagnose, the tests).
+	Assessment *liveness.Assessment
+	State      State
+	Config     Config
 }
 
 // Reason says, as a stable code, why a node is in or out of the set.

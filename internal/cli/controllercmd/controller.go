@@ -175,7 +175,10 @@ upstream eviction.`,
 			if err != nil {
 				return fmt.Errorf("API client for the verdicts' Events: %w", err)
 			}
+			// The one judge: every planner (rescue, the early marks,
+			// peering) reads its verdicts, over the same trackers.
 			verdicts := controller.LivenessVerdicts(reports, tracker, leases, distrust, controller.EventWriter(cs), peeringOpts.Config.WithDefaults().Evidence)
+			peeringOpts.Liveness = verdicts
 			if !noRecovery {
 				recOpts.WatchReports = reports != nil
 				recOpts.Liveness = verdicts
