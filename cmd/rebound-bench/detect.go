@@ -276,7 +276,7 @@ func detectS13(ctx context.Context, o detectOptions) error {
 	}
 	if o.reboot {
 		fmt.Fprintf(os.Stderr, "detect: rolling reboot: each node down %s in turn, then a death ...\n", o.rebootDown)
-		rr, err := scenario.RunS13RollingReboot(ctx, with, p.WithTimeline, scenario.S13RollingRebootOptions{Series: series, Down: o.rebootDown})
+		rr, err := scenario.RunS13RollingReboot(ctx, with, p.WithTimeline, scenario.S13RollingRebootOptions{Series: series, Down: o.rebootDown, Marked: res.Marks()})
 		if err != nil {
 			failed = append(failed, fmt.Errorf("rolling reboot: %w", err))
 		} else {

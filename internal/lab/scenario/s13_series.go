@@ -255,6 +255,10 @@ type S13RollingRebootOptions struct {
 	Down time.Duration
 	// Nodes reboot in this order; empty means every node of the sandbox.
 	Nodes []string
+	// Marked are the marks made on the sandbox before (a series' verdicts,
+	// S13SeriesPair.Marks), so that the reboots and the death are paced
+	// under the controller's cap from the first.
+	Marked []time.Time
 }
 
 // S13RollingReboot is what the lane measured: the death after the
@@ -293,6 +297,7 @@ func RunS13RollingReboot(ctx context.Context, c *sandbox.Cluster, tl *Timeline, 
 	if err != nil {
 		return out, err
 	}
+	s.marked = append(s.marked, opts.Marked...)
 	for i, n := range nodes {
 		what := fmt.Sprintf("reboot %d of %d", i+1, len(nodes))
 		if err := waitS13Healthy(ctx, c, s.cl, n, s.opts.Agents, s.settle); err != nil {
@@ -535,6 +540,17 @@ func RunS13SeriesPair(ctx context.Context, p Pair, opts S13SeriesPairOptions) (S
 	}
 	out.With = with
 	return out, err
+}
+
+// Marks are when the series' taints had been added, at the latest (the
+// verdict's time is whole seconds: a second more), for the cap's pacing
+// of what comes after on the same sandbox.
+func (p S13SeriesPair) Marks() []time.Time {
+	out := make([]time.Time, 0, len(p.With))
+	for _, d := range p.With {
+		out = append(out, d.DiedAt.Add(d.Verdict+time.Second))
+	}
+	return out
 }
 
 // Figures are the series' summaries: the verdict, the endpoint off and
