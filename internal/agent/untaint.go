@@ -15,8 +15,15 @@ package agent
 // node's own agent watches its Node and its Lease and, once its node is
 // Ready and it has seen the Lease renewed with the taint on, and the taint
 // is still there --untaint-after later with the Lease still renewing, it
-// takes it off, exactly as the controller would have (a Ready node whose
-// Lease renews is never Dead), so the two never disagree. Every time is
+// takes it off, as the controller would have (a Ready node whose Lease
+// renews is never Dead). "Renews" is the controller's own rule
+// (liveness.Lease.StaleAt: the renew interval, a quarter of the Lease's
+// duration, plus liveness.DefaultLeaseMargin), not the Lease's whole
+// duration: a kubelet that stopped renewing 12 s ago is stale to both.
+// They can still disagree for a moment: the agent cannot know a
+// controller's non-default --lease-margin, and its watch and the
+// controller's deliver a renewal at slightly different moments; the
+// agent only acts --untaint-after past the controller's chance. Every time is
 // on the agent's own clock: the taint's timeAdded (the controller's
 // clock) is never compared with it, so a skewed clock can neither hurry
 // nor hold the removal.
@@ -45,6 +52,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"rebound/pkg/kubestatus"
+	"rebound/pkg/liveness"
 	"rebound/pkg/unreachable"
 )
 
@@ -65,6 +73,13 @@ const NodeLeaseNamespace = corev1.NamespaceNodeLease
 
 // defaultLeaseDuration is the kubelet's, for a Lease that names none.
 const defaultLeaseDuration = 40 * time.Second
+
+// leaseStaleAt is when the controller's Lease plane calls the node's
+// Lease stale without a new renewal: the one rule, liveness.Lease.StaleAt,
+// with the controller's default margin.
+func leaseStaleAt(lastRenewal time.Time, leaseDuration time.Duration) time.Time {
+	return liveness.Lease{RenewSeen: lastRenewal, RenewInterval: liveness.RenewInterval(leaseDuration)}.StaleAt(liveness.DefaultLeaseMargin)
+}
 
 // untaintState is what the agent saw of its node, on its own clock.
 type untaintState struct {
@@ -100,8 +115,9 @@ func untaintDue(s untaintState, now time.Time, after time.Duration) (due bool, n
 		return false, time.Time{}, "the node is NotReady in the API: upstream's own NoSchedule taint keeps new pods off, and the mark dates the incident until it is Ready"
 	case s.RenewedSince.IsZero():
 		return false, time.Time{}, "the node's Lease not seen renewed since the taint: the controller's verdict may stand"
-	case now.Sub(s.LastRenewal) > lease:
-		return false, time.Time{}, fmt.Sprintf("the node's Lease not renewed for %s, longer than its duration %s", now.Sub(s.LastRenewal).Round(time.Millisecond), lease)
+	case !now.Before(leaseStaleAt(s.LastRenewal, lease)):
+		return false, time.Time{}, fmt.Sprintf("the node's Lease not renewed for %s: stale by the controller's rule (its renew interval %s plus the margin %s)",
+			now.Sub(s.LastRenewal).Round(time.Millisecond), liveness.RenewInterval(lease), liveness.DefaultLeaseMargin)
 	case now.Before(start.Add(after)):
 		return false, start.Add(after), fmt.Sprintf("the node is Ready and its Lease renews since %s; the controller has until %s to take the taint off", start.Format(time.RFC3339), start.Add(after).Format(time.RFC3339))
 	}

@@ -56,9 +56,18 @@ func TestUntaintDue(t *testing.T) {
 			next: at(65 * time.Second), words: "the controller has until"},
 		{name: "renewed once, then the Lease stopped for longer than its duration: the kubelet is gone again, the taint stays",
 			s: untaintState{Tainted: true, Ready: true, ReadySince: at(0), RenewedSince: at(0), LastRenewal: at(0), LeaseDuration: 8 * time.Second}, now: at(time.Minute),
-			words: "longer than its duration"},
-		{name: "a Lease without a duration counts the kubelet's 40 s",
-			s: untaintState{Tainted: true, Ready: true, ReadySince: at(0), RenewedSince: at(0), LastRenewal: at(0)}, now: at(30 * time.Second), due: true},
+			words: "stale by the controller's rule"},
+		// The controller's rule, not the Lease's duration: not renewed
+		// for 20 s of a 40 s Lease renewed every 10 s is stale to the
+		// controller (10 s plus its 2 s margin), so its verdict may
+		// stand; the agent must not call it renewing.
+		{name: "not renewed for 20 s of a 40 s Lease: stale by the controller's rule, the taint stays",
+			s: untaintState{Tainted: true, Ready: true, ReadySince: at(0), RenewedSince: at(0), LastRenewal: at(0), LeaseDuration: 40 * time.Second}, now: at(20 * time.Second),
+			words: "stale by the controller's rule"},
+		{name: "a Lease without a duration counts the kubelet's 40 s: renewed 11 s ago, not stale yet",
+			s: untaintState{Tainted: true, Ready: true, ReadySince: at(0), RenewedSince: at(0), LastRenewal: at(0)}, now: at(11 * time.Second), due: true},
+		{name: "a Lease without a duration counts the kubelet's 40 s: renewed 12 s ago, stale",
+			s: untaintState{Tainted: true, Ready: true, ReadySince: at(0), RenewedSince: at(0), LastRenewal: at(0)}, now: at(12 * time.Second), words: "stale"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			due, next, why := untaintDue(tc.s, tc.now, after)
@@ -337,9 +346,11 @@ func TestUntainterRetries(t *testing.T) {
 	h.step(10 * time.Second)
 	h.waitFor("the first attempt", func() bool { return len(nodePatches(h.cs)) == 1 })
 	h.waitFor("the error kept", func() bool { return strings.Contains(h.u.LastError(), "connection refused") })
-	// The Lease (40 s) stays fresh through the retries.
 	h.step(time.Second)
 	h.waitFor("the second attempt", func() bool { return len(nodePatches(h.cs)) == 2 })
+	// The kubelet renews every 10 s: the Lease stays fresh (the
+	// controller's rule, 12 s) through the retries.
+	h.renewLease("node-a")
 	h.step(time.Second)
 	time.Sleep(20 * time.Millisecond)
 	if n := len(nodePatches(h.cs)); n != 2 {

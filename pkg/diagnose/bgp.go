@@ -288,7 +288,7 @@ func keptAdvice(m BGPMember) string {
 	case peering.InDisabled:
 		return "peer-set pruning is disabled globally, so dead nodes stay in the mesh"
 	case peering.InSessionUp:
-		return "a live agent's fresh report shows a session with it re-established after it went NotReady (or BFD up), so the peering controller keeps it: it still forwards"
+		return "it shows evidence of life (a live agent's session with it re-established after it went NotReady or BFD up, a witness that reaches the API reading it alive, or its kubelet renewing its Lease: the member's message says which), so the peering controller keeps it: it still forwards"
 	case peering.InFrozen:
 		return "the peer set is frozen (full disruption, or too many members leaving at once): nobody leaves until that ends"
 	default:

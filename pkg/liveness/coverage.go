@@ -149,7 +149,7 @@ func (p *planes) coverage(name string, g *GossipReport) NodeCoverage {
 	}
 	var v NodeVerdict
 	_, leaseKnown := p.lease(name, &v)
-	gv := gossipVotes(name, ws, p.gossip, p.voter, loss{})
+	gv := gossipVotes(name, ws, p.gossip, p.voter, nil, loss{})
 	var why []string
 	if !leaseKnown {
 		why = append(why, "no Lease renewal of it to time: the Lease plane says nothing of it")

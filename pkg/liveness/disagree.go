@@ -42,6 +42,16 @@ type Disagreement struct {
 	Reason DisagreementReason `json:"reason"`
 	// Detail says what each plane says, in words.
 	Detail string `json:"detail"`
+	// SelfSilenced, for WatchersSayDead: no fresh gossip read written
+	// after the Dead claims began has the node Alive or its host
+	// answering, from any reporter: the node is silent to everyone on
+	// the pod network while its kubelet renews (a hardened host
+	// firewall, a broken pod network, a root user on it). Its own
+	// gossip plane is distrusted, but it does not count toward
+	// --gossip-distrust-share: a node that silences itself cannot forge
+	// anyone else's death. A forged death is contradicted on the gossip
+	// plane itself: the node still answers someone.
+	SelfSilenced bool `json:"selfSilenced,omitempty"`
 }
 
 // Holds of early judgement (Hold.Reason).
@@ -65,11 +75,13 @@ type Hold struct {
 	// or the moment enough distrust windows end).
 	Until time.Time `json:"until,omitzero"`
 	// Distrusted counts the Ready nodes whose gossip plane is
-	// distrusted; Ready the Ready nodes; Max how many may be distrusted
-	// before the cluster-wide stop.
-	Distrusted int `json:"distrusted"`
-	Ready      int `json:"ready"`
-	Max        int `json:"max"`
+	// distrusted and that count toward the share (not SelfSilenced);
+	// SelfSilenced those distrusted that do not; Ready the Ready nodes;
+	// Max how many may be distrusted before the cluster-wide stop.
+	Distrusted   int `json:"distrusted"`
+	SelfSilenced int `json:"selfSilenced,omitempty"`
+	Ready        int `json:"ready"`
+	Max          int `json:"max"`
 	// Detail says why, in words.
 	Detail string `json:"detail,omitempty"`
 }
@@ -83,6 +95,9 @@ type Distrust struct {
 	// LastSaid maps a node to the last time this process saw a quorum of
 	// its watchers say Dead while its Lease renewed (WatchersSayDead).
 	LastSaid map[string]time.Time
+	// Silent holds the nodes of LastSaid whose last such disagreement was
+	// SelfSilenced: distrusted, not counted toward the share.
+	Silent map[string]bool
 	// DeadSeen maps a Dead watch (DeadVoteKey) to when this process
 	// first saw it, on rebound's clock. Dead votes are judged against the
 	// Lease plane by it, not by the agents' own clocks: a controller
@@ -121,6 +136,7 @@ type DistrustTracker struct {
 	mu       sync.Mutex
 	start    time.Time
 	last     map[string]time.Time
+	silent   map[string]bool
 	deadSeen map[string]time.Time
 	// deadPresent is when a pass last saw each watch of deadSeen.
 	deadPresent map[string]time.Time
@@ -172,6 +188,9 @@ func (t *DistrustTracker) begin(now time.Time) {
 	if t.last == nil {
 		t.last = map[string]time.Time{}
 	}
+	if t.silent == nil {
+		t.silent = map[string]bool{}
+	}
 	if t.deadSeen == nil {
 		t.deadSeen, t.deadPresent = map[string]time.Time{}, map[string]time.Time{}
 	}
@@ -188,12 +207,13 @@ func (t *DistrustTracker) Observe(a Assessment, now time.Time) {
 	t.begin(now)
 	for name, d := range a.Disagreements {
 		if d.Reason == WatchersSayDead && now.After(t.last[name]) {
-			t.last[name] = now
+			t.last[name], t.silent[name] = now, d.SelfSilenced
 		}
 	}
 	for name, at := range t.last {
 		if now.Sub(at) > MaxGossipDistrustWindow {
 			delete(t.last, name)
+			delete(t.silent, name)
 		}
 	}
 }
@@ -207,9 +227,14 @@ func (t *DistrustTracker) Distrust(now time.Time) *Distrust {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.begin(now)
-	d := &Distrust{Since: t.start, LastSaid: make(map[string]time.Time, len(t.last)), DeadSeen: make(map[string]time.Time, len(t.deadSeen))}
+	d := &Distrust{Since: t.start, LastSaid: make(map[string]time.Time, len(t.last)), Silent: make(map[string]bool, len(t.silent)), DeadSeen: make(map[string]time.Time, len(t.deadSeen))}
 	for n, at := range t.last {
 		d.LastSaid[n] = at
+	}
+	for n, s := range t.silent {
+		if s {
+			d.Silent[n] = true
+		}
 	}
 	for k, at := range t.deadSeen {
 		d.DeadSeen[k] = at
@@ -234,14 +259,32 @@ func (p *planes) disagreement(name string) (Disagreement, bool) {
 	// dies is voted Dead within seconds, often before its Lease has had
 	// time to go stale, and distrusting it then would delay every real
 	// death to upstream's grace.
+	//
+	// A death followed by a return is no lie either: its Lease went
+	// stale after the Dead votes began, and renews again while the
+	// watchers' last reads still say Dead (they catch up within a report
+	// cycle). Only a Dead claim that renewals contradicted while it
+	// lasted, with no stale gap in between, is one. A rolling reboot
+	// returns every node in turn; distrusting each return would stop
+	// early judgement cluster-wide (HoldShare) and hold the next real
+	// death of each returned node for the window.
 	at := loss{seen: p.deadSeen()}
 	if !v.LeaseFirstSight {
 		at.renewed = v.LeaseRenewSeen
 	}
-	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, at)
+	lease := p.in.Leases[name]
+	at.returned = func(began time.Time) bool { return lease.StaleAfter(began, p.opts.LeaseMargin) }
+	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, nil, at)
 	if g.watchers >= 2 && g.refuted >= Quorum(g.watchers) {
-		return Disagreement{Reason: WatchersSayDead, Detail: fmt.Sprintf("%d of its %d gossip watchers (%s) say Dead since before a renewal of its Lease: %s",
-			g.refuted, g.watchers, strings.Join(g.refutedVoters, ", "), renewed)}, true
+		d := Disagreement{Reason: WatchersSayDead, Detail: fmt.Sprintf("%d of its %d gossip watchers (%s) say Dead since before a renewal of its Lease: %s",
+			g.refuted, g.watchers, strings.Join(g.refutedVoters, ", "), renewed)}
+		if by := p.answersAfter(name, g.refutedFrom); by != "" {
+			d.Detail += fmt.Sprintf("; yet %s has it answering since: a forged or broken plane, counted toward --gossip-distrust-share", by)
+		} else {
+			d.SelfSilenced = true
+			d.Detail += "; no reader has it answering since: it is silent to the pod network while its kubelet renews (a host firewall, a broken pod network), distrusted for itself, not counted toward --gossip-distrust-share"
+		}
+		return d, true
 	}
 	if n := p.byName[name]; !n.Ready {
 		return Disagreement{}, false
@@ -260,11 +303,39 @@ func (p *planes) disagreement(name string) (Disagreement, bool) {
 	return Disagreement{}, false
 }
 
+// answersAfter names the first reporter (in reporter order) whose fresh
+// gossip read, written after at, has node Alive or its host answering
+// (MemberDown), or "" when none does. The read's time is its agent's
+// clock and at may be rebound's: a read up to MaxClockSkew before at
+// counts too, the side that counts a node toward the share.
+func (p *planes) answersAfter(node string, at time.Time) string {
+	for _, r := range p.ring {
+		g := p.gossip[r]
+		if w, ok := g.Of(node); ok && (w.State == GossipAlive || w.State == GossipMemberDown) && g.ObservedAt.After(at.Add(-p.opts.MaxClockSkew)) {
+			return r
+		}
+	}
+	return ""
+}
+
 // distrust applies the history: it fills out's Disagreements and Hold
 // and sets p.hold, before any node is judged.
+//
+// Which distrusted nodes count toward the share (MaxDistrusted). The
+// share stops early judgement cluster-wide when the gossip plane lies
+// about many nodes: its remaining Dead votes deserve no trust. A node
+// whose watchers call it Dead while its Lease renews is distrusted either
+// way (its own plane says nothing true of it). It counts toward the
+// share only when the plane contradicts itself: some reader has it Alive
+// or its host answering after the Dead claims began (a forger, a broken
+// probe path, a key split). When every reader finds it silent
+// (SelfSilenced) the plane tells the truth about the pod network, and
+// the node, which cannot forge anyone else's death, is recorded and held
+// for itself only. The node's last disagreement decides.
 func (p *planes) distrust(order []string, history *Distrust, out *Assessment) {
 	window := p.opts.GossipDistrustWindow
 	until := map[string]time.Time{}
+	silent := map[string]bool{}
 	for _, name := range order {
 		d, ok := p.disagreement(name)
 		if !ok {
@@ -273,6 +344,7 @@ func (p *planes) distrust(order []string, history *Distrust, out *Assessment) {
 		out.Disagreements[name] = d
 		if d.Reason == WatchersSayDead {
 			until[name] = p.now.Add(window)
+			silent[name] = d.SelfSilenced
 		}
 	}
 	if history != nil {
@@ -280,7 +352,14 @@ func (p *planes) distrust(order []string, history *Distrust, out *Assessment) {
 			if _, known := p.byName[name]; !known {
 				continue
 			}
-			if u := at.Add(window); p.now.Before(u) && u.After(until[name]) {
+			u := at.Add(window)
+			if !p.now.Before(u) {
+				continue
+			}
+			if _, judged := until[name]; !judged {
+				silent[name] = history.Silent[name]
+			}
+			if u.After(until[name]) {
 				until[name] = u
 			}
 		}
@@ -290,7 +369,12 @@ func (p *planes) distrust(order []string, history *Distrust, out *Assessment) {
 	for _, name := range order {
 		if p.byName[name].Ready {
 			h.Ready++
-			if u, ok := until[name]; ok {
+			u, ok := until[name]
+			switch {
+			case !ok:
+			case silent[name]:
+				h.SelfSilenced++
+			default:
 				ends = append(ends, u)
 			}
 		}

@@ -128,6 +128,10 @@ type NodeVerdict struct {
 	GossipWatchers int `json:"gossipWatchers,omitempty"`
 	GossipDown     int `json:"gossipDown,omitempty"`
 	GossipUp       int `json:"gossipUp,omitempty"`
+	// GossipWitnesses counts the reporters beyond its ring watchers that
+	// reach the API (Ready, their Lease renewing) and have it Alive in a
+	// read after its loss: first-hand life, never a vote for death.
+	GossipWitnesses int `json:"gossipWitnesses,omitempty"`
 	// Early: Dead on both planes (Lease stale and a quorum of its gossip
 	// watchers, none alive) while the API still has the node Ready, its
 	// node grace period not run out.

@@ -303,11 +303,14 @@ func (t *LeaseTracker) Observe(node string, renewTime time.Time, duration time.D
 	if !ok || !s.renewTime.Equal(renewTime) {
 		// A first sight is no renewal watched: a restarted process must
 		// not take every Lease for fresh (FirstSight).
-		s = leaseSeen{renewTime: renewTime, lease: Lease{RenewSeen: now, FirstSight: !ok}}
+		next := Lease{RenewSeen: now, FirstSight: !ok, Gaps: s.lease.Gaps}
+		if ok && now.After(s.lease.RenewSeen) {
+			next.addGap(LeaseGap{From: s.lease.RenewSeen, To: now})
+		}
+		s = leaseSeen{renewTime: renewTime, lease: next}
 	}
-	// The kubelet renews at a fixed quarter of the duration
-	// (NodeLeaseRenewIntervalFraction); an unset duration says nothing.
-	s.lease.RenewInterval = duration / 4
+	// An unset duration says nothing (RenewInterval is zero).
+	s.lease.RenewInterval = RenewInterval(duration)
 	t.leases[node] = s
 }
 
@@ -328,7 +331,9 @@ func (t *LeaseTracker) Leases() map[string]Lease {
 	defer t.mu.Unlock()
 	out := make(map[string]Lease, len(t.leases))
 	for n, s := range t.leases {
-		out[n] = s.lease
+		l := s.lease
+		l.Gaps = slices.Clone(l.Gaps)
+		out[n] = l
 	}
 	return out
 }

@@ -38,6 +38,54 @@ type Lease struct {
 	// renewing, so that a node cut off with the rest is no target in the
 	// moments before its first-sight Lease goes stale.
 	FirstSight bool
+	// Gaps are the longest gaps between two renewals this process
+	// watched, oldest first, each longer than every later one (a
+	// suffix maximum: a gap shorter than a later one says nothing the
+	// later one does not), at most maxLeaseGaps. LeaseTracker keeps them.
+	// They tell a return from a lie: a node that died and came back has
+	// a gap longer than the renew interval plus the margin after its
+	// death was claimed (StaleAfter); a forged death has none.
+	Gaps []LeaseGap
+}
+
+// LeaseGap is a time between two renewals rebound watched, on its clock.
+type LeaseGap struct{ From, To time.Time }
+
+// maxLeaseGaps bounds Lease.Gaps. Dropping the oldest can only hide a
+// gap, which makes a return look like a lie: the side that holds early
+// judgement.
+const maxLeaseGaps = 8
+
+// addGap records a gap between two watched renewals (Lease.Gaps).
+func (l *Lease) addGap(g LeaseGap) {
+	d := g.To.Sub(g.From)
+	for len(l.Gaps) > 0 {
+		last := l.Gaps[len(l.Gaps)-1]
+		if last.To.Sub(last.From) > d {
+			break
+		}
+		l.Gaps = l.Gaps[:len(l.Gaps)-1]
+	}
+	l.Gaps = append(l.Gaps, g)
+	if len(l.Gaps) > maxLeaseGaps {
+		l.Gaps = slices.Delete(l.Gaps, 0, len(l.Gaps)-maxLeaseGaps)
+	}
+}
+
+// StaleAfter reports whether, after at, the Lease went stale (no renewal
+// for the renew interval plus margin) and was seen renewed again: a gap
+// between two watched renewals that ends after at and is longer than that.
+// The first gap of Gaps that ends after at is the longest of those.
+func (l Lease) StaleAfter(at time.Time, margin time.Duration) bool {
+	if l.RenewInterval <= 0 {
+		return false
+	}
+	for _, g := range l.Gaps {
+		if g.To.After(at) {
+			return g.To.Sub(g.From) > l.RenewInterval+margin
+		}
+	}
+	return false
 }
 
 // StaleAt is when the Lease plane calls the node gone if no renewal is
@@ -135,10 +183,21 @@ type gossipPlane struct {
 	// Lease renewal rebound watched since.
 	before, refuted int
 	refutedVoters   []string
+	refutedFrom     time.Time // the earliest refuted vote's death
+	// returned counts the Dead votes of a death its Lease then confirmed
+	// (stale after it began) before renewing again: a return.
+	returned int
+	// witnesses counts the Alive reads, after the loss, of reporters
+	// that are not its ring watchers but reach the API (witness).
+	witnesses int
 }
 
+// seenAlive: a ring watcher or a witness has the node alive, after its
+// loss: first-hand life, and a veto of its death.
+func (g gossipPlane) seenAlive() bool { return g.up+g.witnesses > 0 }
+
 func (g gossipPlane) dead() bool {
-	return g.watchers >= 2 && g.up == 0 && g.down >= Quorum(g.watchers)
+	return g.watchers >= 2 && !g.seenAlive() && g.down >= Quorum(g.watchers)
 }
 
 // loss is the moment a node's votes are judged against: a read before it
@@ -162,6 +221,10 @@ type loss struct {
 	// dead, so whatever the watcher probed was not the node's host (a
 	// forged address), or its probes lie.
 	renewed time.Time
+	// returned, when set, says whether the Lease went stale after a
+	// death began and renewed since (Lease.StaleAfter): such a Dead vote
+	// is a death followed by a return, not refuted, and no lie.
+	returned func(began time.Time) bool
 }
 
 // gossipVotes tallies node's watchers. ring holds the reporters with a
@@ -174,7 +237,16 @@ type loss struct {
 // everyone alive. MemberDown is no vote either way (the node's host
 // answers, rebound's member on it does not). Reads from before the
 // node's loss abstain (loss).
-func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, voter func(string) bool, at loss) gossipPlane {
+//
+// Witnesses beyond the ring: in a partition most of a node's ring
+// watchers are cut off with it, and their reads predate the loss. An
+// Alive read, after the loss, by any other reporter that reaches the API
+// (witnesses: Ready, its own Lease seen renewing) is first-hand life too:
+// it vetoes a death and makes the node CutOffFromAPI, as a ring watcher's
+// does. Only Alive reads count from them: a death still needs a quorum of
+// the ring watchers, so a node that probes everyone cannot vote anyone
+// out.
+func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, voter func(string) bool, witnesses []aliveRead, at loss) gossipPlane {
 	g := gossipPlane{watchers: len(ws)}
 	for _, w := range ws {
 		watch, ok := gossip[w].Of(node)
@@ -198,8 +270,15 @@ func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, vote
 				continue
 			}
 			if !at.renewed.IsZero() && !began.IsZero() && began.Before(at.renewed) {
+				if at.returned != nil && at.returned(began) {
+					g.returned++
+					continue
+				}
 				g.refuted++
 				g.refutedVoters = append(g.refutedVoters, w)
+				if g.refutedFrom.IsZero() || began.Before(g.refutedFrom) {
+					g.refutedFrom = began
+				}
 				continue
 			}
 			g.down++
@@ -217,11 +296,30 @@ func gossipVotes(node string, ws []string, gossip map[string]*GossipReport, vote
 			g.memberDown = append(g.memberDown, w)
 		}
 	}
+	for _, r := range witnesses {
+		if r.by == node || slices.Contains(ws, r.by) || (!at.alive.IsZero() && !r.read.After(at.alive)) {
+			continue
+		}
+		g.witnesses++
+		if g.alive == "" {
+			g.alive = fmt.Sprintf("%s, a witness that reaches the API (Ready, its Lease renewing) though not one of its %d gossip watchers, has it Alive since %s", r.by, len(ws), stamp(r.since))
+		}
+	}
 	return g
+}
+
+// aliveRead is a fresh Alive watch of a node by a reporter that reaches
+// the API (planes.witnesses).
+type aliveRead struct {
+	by          string
+	read, since time.Time
 }
 
 func (g gossipPlane) String() string {
 	s := fmt.Sprintf("%d of its %d gossip watchers say dead, %d alive", g.down, g.watchers, g.up)
+	if g.witnesses > 0 {
+		s += fmt.Sprintf(", %d other witnesses alive", g.witnesses)
+	}
 	if g.before > 0 {
 		s += fmt.Sprintf(", %d read before it was lost (abstain)", g.before)
 	}
@@ -245,6 +343,10 @@ type planes struct {
 	// no read at all and is not among them.
 	wentQuiet map[string]bool
 	sorted    ringOrder // ring in ring order, for watchers
+	// witnessed maps a node to the fresh Alive reads of it by reporters
+	// that reach the API (witnesses), in reporter order: built once, so
+	// that judging every node costs O(watches), not O(nodes x reports).
+	witnessed map[string][]aliveRead
 	// hold, when set, says until when and why a node's gossip Dead votes
 	// are not counted (the distrust window, the cluster-wide stop).
 	hold func(name string) (until time.Time, why string)
@@ -280,7 +382,44 @@ func newPlanes(in Input, byName map[string]Node, now time.Time, opts Options) *p
 	}
 	slices.Sort(p.ring)
 	p.sorted = newRingOrder(p.ring)
+	// Only a node that can be lost needs witnesses: NotReady, or its
+	// Lease not fresh (a Ready node whose Lease renews is judged by
+	// nothing early).
+	p.witnessed = map[string][]aliveRead{}
+	for name, n := range byName {
+		var v NodeVerdict
+		if _, known := p.lease(name, &v); !n.Ready || (known && v.LeaseStale) {
+			p.witnessed[name] = nil
+		}
+	}
+	if len(p.witnessed) == 0 {
+		return p
+	}
+	for _, r := range p.ring {
+		if !p.reachesAPI(r) {
+			continue
+		}
+		g := p.gossip[r]
+		for _, w := range g.Watches {
+			if reads, lost := p.witnessed[w.Node]; lost && w.State == GossipAlive {
+				p.witnessed[w.Node] = append(reads, aliveRead{by: r, read: g.ObservedAt, since: w.Since})
+			}
+		}
+	}
 	return p
+}
+
+// reachesAPI: a witness is Ready in the API and rebound watched its own
+// Lease renew (LeaseFresh: never a first sight), so its agent's read is
+// as current as the API's own view of it.
+func (p *planes) reachesAPI(name string) bool {
+	n, ok := p.byName[name]
+	if !ok || !n.Ready {
+		return false
+	}
+	var v NodeVerdict
+	_, _ = p.lease(name, &v)
+	return v.LeaseFresh()
 }
 
 // watchers is Watchers(name, p.ring, k), from the ring sorted once.
@@ -363,8 +502,8 @@ func (p *planes) votes(name string, v *NodeVerdict, at loss) gossipPlane {
 	if len(p.ring) == 0 {
 		return gossipPlane{}
 	}
-	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, at)
-	v.GossipWatchers, v.GossipDown, v.GossipUp = g.watchers, g.down, g.up
+	g := gossipVotes(name, p.watchers(name), p.gossip, p.voter, p.witnessed[name], at)
+	v.GossipWatchers, v.GossipDown, v.GossipUp, v.GossipWitnesses = g.watchers, g.down, g.up, g.witnesses
 	return g
 }
 
@@ -428,7 +567,7 @@ func (p *planes) judgeReady(name string, v NodeVerdict) NodeVerdict {
 	}
 	age := p.now.Sub(v.LeaseRenewSeen).Round(100 * time.Millisecond)
 	switch {
-	case g.up > 0:
+	case g.seenAlive():
 		v.Verdict, v.Veto = CutOffFromAPI, g.alive
 		v.Reason = fmt.Sprintf("Ready in the API, its Lease not renewed for %s on rebound's clock, but alive: %s", age, g.alive)
 	case g.dead() && v.LeaseFirstSight:
@@ -466,7 +605,7 @@ func (p *planes) judgeNotReady(name string, v NodeVerdict) NodeVerdict {
 	g := p.votes(name, &v, p.lossOf(name, v))
 	switch {
 	case v.Verdict == CutOffFromAPI:
-	case g.up > 0:
+	case g.seenAlive():
 		v.Verdict, v.DownSince = CutOffFromAPI, time.Time{}
 		if v.Veto == "" {
 			v.Veto = g.alive

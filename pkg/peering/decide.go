@@ -51,14 +51,20 @@ func decide(in nodeRules) decision {
 		return decision{inSet: true, reason: InReady, message: "node is Ready"}
 	}
 
-	// NotReady from here on.
+	// NotReady from here on. Evidence of life (liveness.Rules) keeps a
+	// node in, and puts one that left back at once: its kubelet reaching
+	// the API (a Lease renewal rebound watched) or a witness that reaches
+	// it seeing it alive. A kubelet that reports NotReady itself (a hung
+	// container runtime, a CNI config missing for a moment) renews its
+	// Lease while BIRD on the node keeps running; Calico's own mesh keeps
+	// it. A liar can at most keep a node in, which is upstream's full
+	// mesh; it can never take one out. A rejoin is no leave: it spends no
+	// budget and never waits for a freeze.
+	if why, alive := v.EvidenceOfLife(); alive {
+		return decision{inSet: true, reason: InSessionUp, message: "NotReady, but alive: " + why}
+	}
 	if in.Known && !in.Prev.InSet {
 		return decision{reason: OutNotReady, message: fmt.Sprintf("NotReady since %s; out of the mesh since %s", stamp(n.LastTransition), stamp(in.Prev.Since))}
-	}
-	if v.Verdict == liveness.CutOffFromAPI || v.Veto != "" {
-		// A liar can at most keep a node in, which is upstream's full
-		// mesh; it can never take one out.
-		return decision{inSet: true, reason: InSessionUp, message: "NotReady, but not dead: " + v.Reason}
 	}
 	return decideGrace(in, notReadyStreakOf(in))
 }

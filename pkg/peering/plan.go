@@ -286,8 +286,8 @@ func (p planFacts) publishedPeer(n Node, d decision) Peer {
 		// A member a live observer still has a session with is rendered
 		// at a BIRD start too: leaving it out would end graceful-restart
 		// recovery without it and flush its routes.
-		if v.Verdict == liveness.CutOffFromAPI || v.Veto != "" {
-			peer.Alive = v.Reason
+		if why, alive := v.EvidenceOfLife(); alive {
+			peer.Alive = why
 		}
 	} else {
 		peer.Lost = p.lv.Lost[n.Name]

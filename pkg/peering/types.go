@@ -239,7 +239,7 @@ const (
 	InDisabled    Reason = "PruningDisabled"    // global opt-out
 	InKeepLabel   Reason = "KeepInMeshLabel"    // per-node opt-out
 	InGracePeriod Reason = "InGracePeriod"      // NotReady, grace not over yet
-	InSessionUp   Reason = "SessionEstablished" // NotReady, but alive evidence
+	InSessionUp   Reason = "SessionEstablished" // NotReady, but evidence of life (liveness.NodeVerdict.EvidenceOfLife): a session, a witness, its Lease renewing
 	InFrozen      Reason = "SetFrozen"          // would leave, but the set is frozen
 	InBudget      Reason = "LeaveBudgetSpent"   // would leave, but the incident's leave budget is spent
 	OutNotReady   Reason = "NotReadyPastGrace"

@@ -184,7 +184,10 @@ func PlanFor(s Snapshot) Plan {
 	for _, n := range nodes {
 		taint := Tainted(n)
 		v, known := s.Verdicts[n.Name]
-		dead := known && v.Verdict == liveness.Dead
+		// Dead as the rule table reads it: evidence of life comes first,
+		// whatever the verdict's name.
+		rule, _ := v.Rule()
+		dead := known && (rule.Name == liveness.RuleDeadEarly || rule.Name == liveness.RuleDead)
 		ready := kubestatus.NodeReady(n)
 		if !ready {
 			notReady++
@@ -350,12 +353,14 @@ func deadReason(v liveness.NodeVerdict) string {
 // removeReason says why rebound's taint comes off a node the API has
 // Ready.
 func removeReason(v liveness.NodeVerdict, known bool) string {
-	switch {
-	case !known:
+	if !known {
 		return fmt.Sprintf("no liveness verdict for the node (the controller has none yet, or the node's Lease and reports are not read): %s removed, the fail-open side", TaintKey)
-	case v.Verdict == liveness.CutOffFromAPI || v.Verdict == liveness.Alive:
-		return fmt.Sprintf("no longer dead (verdict %s: %s): %s removed", v.Verdict, strings.TrimSpace(v.Reason), TaintKey)
-	default:
-		return fmt.Sprintf("no longer dead on both planes (verdict %s: %s): %s removed, the fail-open side", v.Verdict, strings.TrimSpace(v.Reason), TaintKey)
 	}
+	if why, alive := v.EvidenceOfLife(); alive {
+		return fmt.Sprintf("no longer dead (verdict %s; %s): %s removed", v.Verdict, strings.TrimSpace(why), TaintKey)
+	}
+	if v.Verdict == liveness.Alive {
+		return fmt.Sprintf("no longer dead (verdict %s: %s): %s removed", v.Verdict, strings.TrimSpace(v.Reason), TaintKey)
+	}
+	return fmt.Sprintf("no longer dead on both planes (verdict %s: %s): %s removed, the fail-open side", v.Verdict, strings.TrimSpace(v.Reason), TaintKey)
 }

@@ -274,3 +274,32 @@ func TestTaintHelpers(t *testing.T) {
 		t.Error("WithoutTaint removed someone else's taint (rebound's key, NoExecute)")
 	}
 }
+
+// TestPlanEvidenceOfLifeFirst: marking reads the verdict through
+// liveness.Rules, evidence of life first: a verdict that says Dead early
+// while rebound watches the node's Lease renew marks nothing, and an
+// existing mark on the Ready node comes off.
+func TestPlanEvidenceOfLifeFirst(t *testing.T) {
+	renewing := earlyDead
+	renewing.LeaseRenewSeen, renewing.LeaseStaleAt = t0.Add(-time.Second), t0.Add(11*time.Second)
+	for _, tc := range []struct {
+		name string
+		n    *corev1.Node
+		want []string
+	}{
+		{name: "not marked", n: node("a", true), want: nil},
+		{name: "its mark comes off", n: node("a", true, ours(t0.Add(-time.Minute))), want: []string{"RemoveTaint a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := PlanFor(Snapshot{Now: t0, Nodes: []*corev1.Node{tc.n, node("b", true), node("c", true)}, Verdicts: map[string]liveness.NodeVerdict{"a": renewing, "b": alive, "c": alive}})
+			if got := keys(p); !slices.Equal(got, tc.want) {
+				t.Fatalf("plan %v, want %v", got, tc.want)
+			}
+			for _, a := range p.Actions {
+				if !strings.Contains(a.Reason, "kubelet reaches the API") {
+					t.Errorf("reason does not name the evidence: %s", a.Reason)
+				}
+			}
+		})
+	}
+}

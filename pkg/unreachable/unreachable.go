@@ -110,10 +110,10 @@ func WithoutTaint(taints []corev1.Taint) ([]corev1.Taint, bool) {
 }
 
 // DeadEarly reports whether n is dead on both planes while the API has it
-// Ready: a node PlanFor marks, and, for any policy, no target for a
-// replacement.
+// Ready, with no evidence of life (liveness.Rules): a node PlanFor marks,
+// and, for any policy, no target for a replacement.
 func DeadEarly(n *corev1.Node, v liveness.NodeVerdict) bool {
-	return v.Verdict == liveness.Dead && v.Early && kubestatus.NodeReady(n)
+	return v.DeadEarly() && kubestatus.NodeReady(n)
 }
 
 // PodReasonNodeUnreachable is the reason rebound writes on the Ready

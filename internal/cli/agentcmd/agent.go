@@ -133,8 +133,9 @@ off its own node when no controller does (the controller scaled to 0,
 crashlooping or uninstalled): once its node is Ready and it has seen the node's
 Lease renewed with the taint on, and the taint is still there --untaint-after
 later (10 s; on the agent's own clock) with the Lease still renewing. That is
-the controller's own rule (a mark comes off a Ready node that is not dead), so
-the two never disagree.
+the controller's own rule (a mark comes off a Ready node that is not dead), and
+"renewing" is the controller's staleness rule (the renew interval plus the
+default --lease-margin, 2 s), not the Lease's whole duration.
 It watches its Node and its Lease in kube-node-lease, and its credential may
 make that one change to its own Node and nothing else (deploy/gossip: RBAC and
 a ValidatingAdmissionPolicy on the node name bound into its token).

@@ -157,7 +157,7 @@ func LeasesAsWritten(leases []coordinationv1.Lease) map[string]liveness.Lease {
 	for i := range leases {
 		renew, d := LeaseRenewal(&leases[i])
 		if !renew.IsZero() && d > 0 {
-			out[leases[i].Name] = liveness.Lease{RenewSeen: renew, RenewInterval: d / 4}
+			out[leases[i].Name] = liveness.Lease{RenewSeen: renew, RenewInterval: liveness.RenewInterval(d)}
 		}
 	}
 	return out
