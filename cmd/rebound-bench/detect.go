@@ -25,18 +25,22 @@ import (
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scale"
 	"rebound/internal/lab/scenario"
+	"rebound/pkg/liveness"
 )
 
 func runDetect(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("detect", flag.ContinueOnError)
 	var (
-		nodesFlag = fs.String("nodes", "30,100", "gossip memberships to measure (load per agent, detection), comma-separated; 3 to 1000 members each, all in this process: beyond about 200 members a 2-core machine starves its own members, and what it measures is the machine")
-		window    = fs.Duration("window", time.Minute, "how long each membership's steady state is measured")
-		fast      = fs.Bool("fast", false, "play S13 with the tests' short timings (lease 8 s, grace 12 s, tolerations 20 s) instead of upstream's defaults (40 s, 50 s, 300 s)")
-		skipS13   = fs.Bool("skip-s13", false, "measure only the gossip memberships, not S13 on the sandboxes")
-		bin       = fs.String("rebound", "", "the rebound binary to run as the controller and the agents (default: built from this checkout)")
-		keep      = fs.Bool("keep", false, "keep the sandboxes' folders (logs) after the run, and print where")
-		deaths    = fs.Int("deaths", 10, "how many deaths the lane with rebound measures, one after another, each at a random point of the dying node's Lease renew interval (the lane without rebound needs one)")
+		nodesFlag  = fs.String("nodes", "30,100", "gossip memberships to measure (load per agent, detection), comma-separated; 3 to 1000 members each, all in this process: beyond about 200 members a 2-core machine starves its own members, and what it measures is the machine")
+		window     = fs.Duration("window", time.Minute, "how long each membership's steady state is measured")
+		fast       = fs.Bool("fast", false, "play S13 with the tests' short timings (lease 8 s, grace 12 s, tolerations 20 s) instead of upstream's defaults (40 s, 50 s, 300 s)")
+		skipS13    = fs.Bool("skip-s13", false, "measure only the gossip memberships, not S13 on the sandboxes")
+		bin        = fs.String("rebound", "", "the rebound binary to run as the controller and the agents (default: built from this checkout)")
+		keep       = fs.Bool("keep", false, "keep the sandboxes' folders (logs) after the run, and print where")
+		deaths     = fs.Int("deaths", 10, "how many deaths the lane with rebound measures, one after another, each at a random point of the dying node's Lease renew interval (the lane without rebound needs one)")
+		distrust   = fs.Duration("gossip-distrust-window", liveness.DefaultGossipDistrustWindow, "the controller's --gossip-distrust-window: the product's default, which the lab's other controllers shorten to 15 s (a death and its return inside the window are what it is tested against)")
+		rebootDown = fs.Duration("reboot-down", 30*time.Second, "in the rolling reboot lane, how long each node is down (its Lease stopped, its host silent, its agent frozen)")
+		skipReboot = fs.Bool("skip-rolling-reboot", false, "skip the rolling reboot lane (every node reboots in turn, then one dies)")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: rebound-bench detect [flags]
@@ -60,7 +64,16 @@ nodes (its safety cap), so the deaths go two a minute: 10 take about 5
 minutes, while the lane without rebound waits for upstream's 350 s.
 Printed from each death: where in the renew interval it came, the
 verdict, the endpoint off, the replacement Ready; for rebound their
-median and worst. About 7 minutes with the default 10 deaths.
+median and worst, the worst held to 15 s. The controller runs with the
+product's --gossip-distrust-window (3 minutes), so the deaths begin
+after its start-up hold of that long, and a node's later deaths must
+be judged like its first.
+
+Then, on the same sandbox, a rolling reboot: each of the 5 nodes goes
+down for --reboot-down and comes back, one after another, as for a
+kernel update, and then the node that holds the critical pod dies: its
+verdict and its replacement, after the reboots, are held to the same
+bound. About 20 minutes in all with the default 10 deaths.
 
 Then, for each --nodes size, that many gossip members in this process on
 loopback addresses: the bytes per second each agent sends and receives in
@@ -91,7 +104,7 @@ Flags:
 	}
 	ctrl.SetLogger(logr.Discard())
 	if !*skipS13 {
-		if err := detectS13(ctx, *bin, *fast, *keep, *deaths); err != nil {
+		if err := detectS13(ctx, detectOptions{bin: *bin, fast: *fast, keep: *keep, deaths: *deaths, distrust: *distrust, rebootDown: *rebootDown, reboot: !*skipReboot}); err != nil {
 			return err
 		}
 	}
@@ -132,8 +145,19 @@ Flags:
 	return errors.Join(append(failed, w.Err())...)
 }
 
+// detectOptions are detectS13's flags.
+type detectOptions struct {
+	bin        string
+	fast, keep bool
+	deaths     int
+	distrust   time.Duration
+	rebootDown time.Duration
+	reboot     bool
+}
+
 // detectS13 plays S13 on two sandboxes with the default (or fast) timings.
-func detectS13(ctx context.Context, bin string, fast, keep bool, deaths int) error {
+func detectS13(ctx context.Context, o detectOptions) error {
+	bin, fast, keep, deaths := o.bin, o.fast, o.keep, o.deaths
 	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Progress: os.Stderr})
 	if err != nil {
 		return err
@@ -189,7 +213,10 @@ func detectS13(ctx context.Context, bin string, fast, keep bool, deaths int) err
 	if _, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-bench"}, []byte(scenario.S13Policy)); err != nil {
 		return err
 	}
-	ctl, err := scale.StartController(with, bin, "rebound-controller", "--lease-plane", "--mark-pods-not-ready-early")
+	// The product's distrust window, not the lab's 15 s: it is what a
+	// death after a return is judged under (the flag's last value wins).
+	ctl, err := scale.StartController(with, bin, "rebound-controller", "--lease-plane", "--mark-pods-not-ready-early",
+		"--gossip-distrust-window="+o.distrust.String())
 	if err != nil {
 		return err
 	}
@@ -204,7 +231,8 @@ func detectS13(ctx context.Context, bin string, fast, keep bool, deaths int) err
 	defer scenario.StopAll(agents)
 	// The controller holds early judgement for its distrust window after
 	// it starts: the death comes after it.
-	if err := scenario.WaitEarlyJudgement(ctx, ctl.Log, time.Minute); err != nil {
+	fmt.Fprintf(os.Stderr, "detect: the controller holds early judgement for its distrust window (%s) after it starts ...\n", o.distrust)
+	if err := scenario.WaitEarlyJudgement(ctx, ctl.Log, o.distrust+time.Minute); err != nil {
 		return err
 	}
 
@@ -213,24 +241,23 @@ func detectS13(ctx context.Context, bin string, fast, keep bool, deaths int) err
 	p := scenario.Pair{Without: clusters[0], With: with,
 		WithoutTimeline: scenario.NewTimeline(prefixed("[without rebound] ")), WithTimeline: scenario.NewTimeline(prefixed("[with rebound]    "))}
 	started := time.Now()
-	res, err := scenario.RunS13SeriesPair(ctx, p, scenario.S13SeriesPairOptions{Series: scenario.S13SeriesOptions{
+	series := scenario.S13SeriesOptions{
 		Workload: scenario.CriticalStandIn("node-3"),
 		Peer:     "node-0",
 		Deaths:   deaths,
 		Kill:     func(n string) error { return agents[n].HostDeath() },
 		Revive:   func(n string) error { return agents[n].HostRevive() },
 		Agents:   with.NodeNames,
-	}})
+	}
+	res, err := scenario.RunS13SeriesPair(ctx, p, scenario.S13SeriesPairOptions{Series: series})
 	if err != nil {
+		// The deaths measured before the failure are figures too.
+		printSeries(res)
 		return err
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "with rebound\tnode\tin the renew interval\tverdict (taint)\tendpoint off\treplacement Ready")
-	for i, d := range res.With {
-		fmt.Fprintf(tw, "death %d\t%s\t%.2fs\t%.1fs\t%.1fs\t%.1fs\n", i+1, d.Victim, d.Offset.Seconds(), d.Verdict.Seconds(), d.EndpointsOff.Seconds(), d.ReplacementReady.Seconds())
-	}
-	tw.Flush()
+	printSeries(res)
 	fmt.Println()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	verdict, off, ready := res.Figures()
 	fmt.Fprintln(tw, "from the death\twithout rebound (1 death)\twith rebound: median\tworst")
 	fmt.Fprintf(tw, "verdict\t%.1fs (NotReady)\t%.1fs (taint %s)\t%.1fs\n", res.Without.Verdict.Seconds(), verdict.Median.Seconds(), scenario.UnreachableTaint, verdict.Worst.Seconds())
@@ -242,7 +269,39 @@ func detectS13(ctx context.Context, bin string, fast, keep bool, deaths int) err
 	res.Write(w)
 	w.Config("s13_node_grace", timings.NodeMonitorGracePeriod.Seconds(), "s")
 	w.Config("s13_lease_renew_interval", (timings.NodeLeaseDuration / 4).Seconds(), "s")
-	return w.Err()
+	w.Config("detect_gossip_distrust_window", o.distrust.Seconds(), "s")
+	var failed []error
+	if ready.Worst > scenario.S13ReplacementBound {
+		failed = append(failed, fmt.Errorf("the worst death's replacement was Ready %.1fs after it, beyond the bound %s", ready.Worst.Seconds(), scenario.S13ReplacementBound))
+	}
+	if o.reboot {
+		fmt.Fprintf(os.Stderr, "detect: rolling reboot: each node down %s in turn, then a death ...\n", o.rebootDown)
+		rr, err := scenario.RunS13RollingReboot(ctx, with, p.WithTimeline, scenario.S13RollingRebootOptions{Series: series, Down: o.rebootDown, Marked: res.Marks()})
+		if err != nil {
+			failed = append(failed, fmt.Errorf("rolling reboot: %w", err))
+		} else {
+			d := rr.Death
+			fmt.Printf("\nafter a rolling reboot of %d nodes (each down %s): %s died %.2fs after its renewal; verdict %.1fs, endpoint off %.1fs, replacement Ready %.1fs\n",
+				len(rr.Returned), o.rebootDown, d.Victim, d.Offset.Seconds(), d.Verdict.Seconds(), d.EndpointsOff.Seconds(), d.ReplacementReady.Seconds())
+			w.Metric("detect_after_rolling_reboot", d.Verdict.Seconds(), "s")
+			w.Metric("detect_after_rolling_reboot_replacement_ready", d.ReplacementReady.Seconds(), "s")
+			if d.ReplacementReady > scenario.S13ReplacementBound {
+				failed = append(failed, fmt.Errorf("after the rolling reboot the replacement was Ready %.1fs after the death, beyond the bound %s", d.ReplacementReady.Seconds(), scenario.S13ReplacementBound))
+			}
+		}
+		w.Config("detect_rolling_reboot_down", o.rebootDown.Seconds(), "s")
+	}
+	return errors.Join(append(failed, w.Err())...)
+}
+
+// printSeries prints each death of the lane with rebound.
+func printSeries(res scenario.S13SeriesPair) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "with rebound\tnode\tin the renew interval\tverdict (taint)\tendpoint off\treplacement Ready")
+	for i, d := range res.With {
+		fmt.Fprintf(tw, "death %d\t%s\t%.2fs\t%.1fs\t%.1fs\t%.1fs\n", i+1, d.Victim, d.Offset.Seconds(), d.Verdict.Seconds(), d.EndpointsOff.Seconds(), d.ReplacementReady.Seconds())
+	}
+	tw.Flush()
 }
 
 // prefixed writes each timeline line to stderr behind p.

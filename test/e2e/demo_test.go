@@ -9,12 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"rebound/internal/lab/demo"
+	"rebound/internal/lab/scenario"
 )
 
 // chromiumPath is Debian's chromium; REBOUND_CHROMIUM overrides it.
@@ -201,6 +204,40 @@ func TestDemoFirstCommandAsAUser(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+// TestDemoS13ReplacementWithinBound runs the demo's S13 as a user does
+// (`rebound demo --scenarios S13`, upstream's default timings, the built
+// binary as the controller and the agents) and holds the lane with
+// rebound to the bound `rebound-bench detect` holds its deaths to: the
+// replacement Ready within scenario.S13ReplacementBound of the death, as
+// the demo's summary promises ("seconds after the death"), read from the
+// demo's own METRIC line. The lane without rebound waits for upstream's
+// grace and tolerations: about 8 minutes.
+func TestDemoS13ReplacementWithinBound(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 15*time.Minute)
+	cmd := exec.CommandContext(ctx, reboundBinary, "demo", "--scenarios", "S13", "--report", "", "--dir", t.TempDir())
+	cmd.Dir = repoPath(".")
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("rebound demo: %v\n%s", err, out.String())
+	}
+	text := out.String()
+	const name = "s13_death_to_replacement_ready"
+	m := regexp.MustCompile(`(?m)^METRIC ` + name + `=([0-9.]+) s$`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("the demo printed no METRIC %s line:\n%s", name, text)
+	}
+	ready, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metric(t, "demo_"+name, ready, "s")
+	if bound := scenario.S13ReplacementBound.Seconds(); ready <= 0 || ready > bound {
+		t.Errorf("the demo's S13 lane with rebound had the replacement Ready %.1fs after the death, want within %.0fs (the bench's bound):\n%s", ready, bound, text)
 	}
 }
 

@@ -57,7 +57,8 @@ type watchState struct {
 	// probes (logged once).
 	contested bool
 	// silentSince is when this episode's first silence was seen: kept
-	// through probes that learned nothing, cleared by any answer. A Dead
+	// through probes that learned nothing, cleared by any answer and by
+	// the membership having the member alive again. A Dead
 	// vote's since is the first silence, so that a path broken for
 	// minutes never reports a death seconds old, one the controller
 	// could not refute with the Lease renewals it saw since.
@@ -165,7 +166,11 @@ func (t *tracker) alive(node string, now time.Time) {
 		if !w.lossProbe {
 			w.probeAt = time.Time{}
 		}
-		w.contested = false
+		// A member alive again ends the episode: its next death is
+		// silent from its own first silence, not from this one's (a Dead
+		// vote dated before the Lease renewals made in between reads,
+		// to the controller, as a lie).
+		w.contested, w.silentSince = false, time.Time{}
 	}
 }
 

@@ -160,6 +160,17 @@ func TestTrackerRule(t *testing.T) {
 			{probe(1, hostSilent), liveness.GossipDead, at(1)},
 			{membershipAlive(2), liveness.GossipAlive, at(2)},
 		}},
+		{"a second death after a return through the membership is a new episode, Dead since its own silence", []step{
+			{membershipDead(1), liveness.GossipAlive, t0},
+			{probe(1, hostSilent), liveness.GossipDead, at(1)},
+			// The node comes back: its member rejoins (no probe answers).
+			{membershipAlive(40), liveness.GossipAlive, at(40)},
+			// It dies again: the Dead vote is of this death, not of the
+			// first (which would put it before the renewals the Lease made
+			// in between, a lie to the controller).
+			{membershipDead(80), liveness.GossipAlive, at(40)},
+			{probe(80, hostSilent), liveness.GossipDead, at(80)},
+		}},
 		{"a failed probe after the member came back says nothing", []step{
 			{membershipDead(1), liveness.GossipAlive, t0},
 			{func(tr *tracker, n string) {

@@ -89,111 +89,249 @@ func RunS13Series(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S1
 	if opts.Deaths < 1 {
 		return nil, fmt.Errorf("S13 series: %d deaths: at least 1", opts.Deaths)
 	}
+	s, err := newS13Series(ctx, c, tl, opts)
+	if err != nil {
+		return nil, err
+	}
+	var out []S13Death
+	victim := s.w.PreferNode
+	for i := range opts.Deaths {
+		if i > 0 {
+			if victim, err = s13Holder(ctx, c, s.w, s.settle); err != nil {
+				return out, fmt.Errorf("death %d: %w", i+1, err)
+			}
+		}
+		d, err := s.death(ctx, victim, fmt.Sprintf("death %d of %d", i+1, opts.Deaths))
+		if err != nil {
+			return out, fmt.Errorf("death %d: %w", i+1, err)
+		}
+		out = append(out, d)
+		if err := s.revive(ctx, victim); err != nil {
+			return out, fmt.Errorf("after death %d: %w", i+1, err)
+		}
+	}
+	return out, nil
+}
+
+// s13Series is what the deaths of a series share: the workload as
+// deployed, the controller's cap and the marks made under it.
+type s13Series struct {
+	c         *sandbox.Cluster
+	cl        client.Client
+	tl        *Timeline
+	opts      S13SeriesOptions
+	w         Workload
+	interval  time.Duration
+	settle    time.Duration
+	rng       *rand.Rand
+	perMinute int
+	marked    []time.Time // when each node may have been marked: at or after its mark
+}
+
+// newS13Series deploys the workload and the Service and waits for the
+// cluster's steady state.
+func newS13Series(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S13SeriesOptions) (*s13Series, error) {
 	if opts.Kill == nil || opts.Revive == nil {
 		return nil, errors.New("S13 series: needs both the death (Kill) and its undoing (Revive)")
 	}
-	interval := opts.RenewInterval
-	if interval <= 0 {
-		interval = c.Timings.NodeLeaseDuration / 4
+	s := &s13Series{c: c, tl: tl, opts: opts, w: opts.Workload, interval: opts.RenewInterval, settle: opts.Settle, rng: opts.Rand, perMinute: opts.MarksPerMinute}
+	if s.interval <= 0 {
+		s.interval = c.Timings.NodeLeaseDuration / 4
 	}
-	settle := opts.Settle
-	if settle <= 0 {
-		settle = 2 * time.Minute
+	if s.settle <= 0 {
+		s.settle = 2 * time.Minute
 	}
-	rng := opts.Rand
-	if rng == nil {
-		rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	if s.rng == nil {
+		s.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
-	w := opts.Workload
-	if len(w.AllowedNodes) == 0 {
+	if s.perMinute <= 0 {
+		s.perMinute = unreachable.DefaultMinMarksPerMinute
+	}
+	if len(s.w.AllowedNodes) == 0 {
 		for _, n := range c.NodeNames {
 			if n != opts.Peer {
-				w.AllowedNodes = append(w.AllowedNodes, n)
+				s.w.AllowedNodes = append(s.w.AllowedNodes, n)
 			}
 		}
 	}
-	w.PodLabels = s13EndpointLabel // as RunS13 labels it: behind the Service
-	cl, err := install.NewClient(c.Config)
-	if err != nil {
+	s.w.PodLabels = s13EndpointLabel // as RunS13 labels it: behind the Service
+	var err error
+	if s.cl, err = install.NewClient(c.Config); err != nil {
 		return nil, err
 	}
 	// The workload and the Service first, so that the first death, too,
 	// comes at its drawn point and not after a deployment's wait.
 	dctx, cancel := context.WithCancel(ctx)
-	err = deployOnPreferredNode(dctx, c, tl, Observe(dctx, c, tl, w), w)
+	err = deployOnPreferredNode(dctx, c, tl, Observe(dctx, c, tl, s.w), s.w)
 	cancel()
 	if err != nil {
 		return nil, err
 	}
-	if err := s13Service(ctx, c, w.Namespace, opts.Peer); err != nil {
+	if err := s13Service(ctx, c, s.w.Namespace, opts.Peer); err != nil {
 		return nil, err
 	}
 	if err := waitSteadyNodes(ctx, c, tl); err != nil {
 		return nil, err
 	}
-	perMinute := opts.MarksPerMinute
-	if perMinute <= 0 {
-		perMinute = unreachable.DefaultMinMarksPerMinute
-	}
-	var out []S13Death
-	var marked []time.Time // when each verdict had been seen: at or after its mark
-	victim := w.PreferNode
-	for i := range opts.Deaths {
-		if i > 0 {
-			if victim, err = s13Holder(ctx, c, w, settle); err != nil {
-				return out, fmt.Errorf("death %d: %w", i+1, err)
-			}
-		}
-		if err := waitS13Healthy(ctx, c, cl, victim, opts.Agents, settle); err != nil {
-			return out, fmt.Errorf("before death %d: %w", i+1, err)
-		}
-		if err := waitEndpoints(ctx, c, w.Namespace, func(ready map[string]bool) bool { return ready[victim] && ready[opts.Peer] }, settle); err != nil {
-			return out, fmt.Errorf("before death %d: %w", i+1, err)
-		}
-		if len(marked) >= perMinute {
-			// The mark perMinute deaths ago must be out of the cap's
-			// minute (a second more: the taint's time is whole seconds).
-			free := marked[len(marked)-perMinute].Add(time.Minute + time.Second)
-			if left := time.Until(free); left > 0 {
-				tl.Step("death %d waits %.1fs, until the controller's cap of %d taints a minute has room", i+1, left.Seconds(), perMinute)
-				if err := sleepUntil(ctx, free); err != nil {
-					return out, err
-				}
-			}
-		}
-		planned := time.Duration(rng.Int64N(int64(interval)))
-		renewed, err := waitRenewPoint(ctx, c, victim, interval, planned)
-		if err != nil {
-			return out, fmt.Errorf("death %d: %w", i+1, err)
-		}
-		tl.Step("death %d of %d: %s, %.2fs after its Lease's renewal at %s (drawn from U(0, %s))",
-			i+1, opts.Deaths, victim, planned.Seconds(), renewed.Format("15:04:05.000"), interval)
-		d, err := s13Round(ctx, c, tl, w, victim, opts)
-		d.PlannedOffset = planned
-		if err != nil {
-			return out, fmt.Errorf("death %d (%s): %w", i+1, victim, err)
-		}
-		if last, err := leaseRenewTime(ctx, c, victim); err == nil {
-			d.Offset = d.DiedAt.Sub(last)
-		}
-		tl.Step("death %d: %s died %.2fs after its last renewal; verdict %.1fs, endpoint off %.1fs, replacement Ready %.1fs",
-			i+1, victim, d.Offset.Seconds(), d.Verdict.Seconds(), d.EndpointsOff.Seconds(), d.ReplacementReady.Seconds())
-		out = append(out, d)
-		marked = append(marked, time.Now())
+	return s, nil
+}
 
-		tl.Step("%s comes back: its host answers, its agent runs on and its Lease renews again", victim)
-		if err := opts.Revive(victim); err != nil {
-			return out, fmt.Errorf("revive %s's host: %w", victim, err)
-		}
-		if err := c.StartNode(ctx, victim); err != nil {
+// waitMarkRoom waits until the controller's cap on its taints has room
+// for one more within the minute: the mark perMinute marks ago must be
+// out of the cap's minute (a second more: the taint's time is whole
+// seconds). A death the cap holds back would measure the cap, not the
+// detection.
+func (s *s13Series) waitMarkRoom(ctx context.Context, what string) error {
+	if len(s.marked) < s.perMinute {
+		return nil
+	}
+	free := s.marked[len(s.marked)-s.perMinute].Add(time.Minute + time.Second)
+	if left := time.Until(free); left > 0 {
+		s.tl.Step("%s waits %.1fs, until the controller's cap of %d taints a minute has room", what, left.Seconds(), s.perMinute)
+		return sleepUntil(ctx, free)
+	}
+	return nil
+}
+
+// death kills victim, the workload's node, at a drawn point of its
+// Lease's renew interval, once it is healthy, and measures as RunS13
+// does. The node stays dead: revive brings it back.
+func (s *s13Series) death(ctx context.Context, victim, what string) (S13Death, error) {
+	c, w := s.c, s.w
+	if err := waitS13Healthy(ctx, c, s.cl, victim, s.opts.Agents, s.settle); err != nil {
+		return S13Death{}, fmt.Errorf("before %s: %w", what, err)
+	}
+	if err := waitEndpoints(ctx, c, w.Namespace, func(ready map[string]bool) bool { return ready[victim] && ready[s.opts.Peer] }, s.settle); err != nil {
+		return S13Death{}, fmt.Errorf("before %s: %w", what, err)
+	}
+	if err := s.waitMarkRoom(ctx, what); err != nil {
+		return S13Death{}, err
+	}
+	planned := time.Duration(s.rng.Int64N(int64(s.interval)))
+	renewed, err := waitRenewPoint(ctx, c, victim, s.interval, planned)
+	if err != nil {
+		return S13Death{}, err
+	}
+	s.tl.Step("%s: %s, %.2fs after its Lease's renewal at %s (drawn from U(0, %s))",
+		what, victim, planned.Seconds(), renewed.Format("15:04:05.000"), s.interval)
+	d, err := s13Round(ctx, c, s.tl, w, victim, s.opts)
+	d.PlannedOffset = planned
+	if err != nil {
+		return d, fmt.Errorf("%s: %w", victim, err)
+	}
+	if last, err := leaseRenewTime(ctx, c, victim); err == nil {
+		d.Offset = d.DiedAt.Sub(last)
+	}
+	s.tl.Step("%s: %s died %.2fs after its last renewal; verdict %.1fs, endpoint off %.1fs, replacement Ready %.1fs",
+		what, victim, d.Offset.Seconds(), d.Verdict.Seconds(), d.EndpointsOff.Seconds(), d.ReplacementReady.Seconds())
+	s.marked = append(s.marked, time.Now())
+	return d, nil
+}
+
+// revive brings node back and waits until both planes hold it alive.
+func (s *s13Series) revive(ctx context.Context, node string) error {
+	s.tl.Step("%s comes back: its host answers, its agent runs on and its Lease renews again", node)
+	if err := s.opts.Revive(node); err != nil {
+		return fmt.Errorf("revive %s's host: %w", node, err)
+	}
+	if err := s.c.StartNode(ctx, node); err != nil {
+		return err
+	}
+	if err := waitS13Healthy(ctx, s.c, s.cl, node, s.opts.Agents, s.settle); err != nil {
+		return err
+	}
+	s.tl.Step("%s healthy again on both planes (no %s taint, its watchers read it Alive)", node, UnreachableTaint)
+	return nil
+}
+
+// S13RollingRebootOptions tune the rolling reboot lane: every node
+// reboots in turn, then the workload's node dies.
+type S13RollingRebootOptions struct {
+	// Series are the deaths' settings; Deaths is not read (one death).
+	Series S13SeriesOptions
+	// Down is how long each node is down in its reboot (its Lease stopped,
+	// its host silent, its agent frozen); zero means 30 s, a machine's
+	// reboot, long enough for both planes to find it dead.
+	Down time.Duration
+	// Nodes reboot in this order; empty means every node of the sandbox.
+	Nodes []string
+	// Marked are the marks made on the sandbox before (a series' verdicts,
+	// S13SeriesPair.Marks), so that the reboots and the death are paced
+	// under the controller's cap from the first.
+	Marked []time.Time
+}
+
+// S13RollingReboot is what the lane measured: the death after the
+// reboots, and when each reboot's node was back on both planes.
+type S13RollingReboot struct {
+	Death S13Death `json:"death"`
+	// Returned is when each rebooted node was healthy again, in order.
+	Returned []time.Time `json:"returned"`
+}
+
+// RunS13RollingReboot plays a rolling reboot on c (a kernel update): each
+// node dies and comes back after opts.Down, one after another, the next
+// once the previous is alive again on both planes; then the node that
+// holds the workload's pod dies for good and is measured as a series'
+// death is. A return is no lie: the death after the reboots must be
+// judged as early as the first death of a fresh cluster.
+func RunS13RollingReboot(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S13RollingRebootOptions) (S13RollingReboot, error) {
+	var out S13RollingReboot
+	down := opts.Down
+	if down <= 0 {
+		down = 30 * time.Second
+	}
+	nodes := opts.Nodes
+	if len(nodes) == 0 {
+		nodes = c.NodeNames
+	}
+	series := opts.Series
+	if _, err := c.Client.AppsV1().Deployments(series.Workload.Namespace).Get(ctx, series.Workload.Name, metav1.GetOptions{}); err == nil {
+		// After a series on the same sandbox: the workload is wherever
+		// its last replacement went.
+		if series.Workload.PreferNode, err = s13Holder(ctx, c, series.Workload, time.Minute); err != nil {
 			return out, err
 		}
-		if err := waitS13Healthy(ctx, c, cl, victim, opts.Agents, settle); err != nil {
-			return out, fmt.Errorf("after death %d: %w", i+1, err)
-		}
-		tl.Step("%s healthy again on both planes (no %s taint, its watchers read it Alive)", victim, UnreachableTaint)
 	}
-	return out, nil
+	s, err := newS13Series(ctx, c, tl, series)
+	if err != nil {
+		return out, err
+	}
+	s.marked = append(s.marked, opts.Marked...)
+	for i, n := range nodes {
+		what := fmt.Sprintf("reboot %d of %d", i+1, len(nodes))
+		if err := waitS13Healthy(ctx, c, s.cl, n, s.opts.Agents, s.settle); err != nil {
+			return out, fmt.Errorf("before %s: %w", what, err)
+		}
+		if err := s.waitMarkRoom(ctx, what); err != nil {
+			return out, err
+		}
+		tl.Step("%s: %s goes down for %s: its Lease stops, its host goes silent and its agent freezes", what, n, down)
+		if err := s.opts.Kill(n); err != nil {
+			return out, fmt.Errorf("%s: %w", what, err)
+		}
+		if err := c.StopNode(ctx, n); err != nil {
+			return out, err
+		}
+		if err := sleep(ctx, down); err != nil {
+			return out, err
+		}
+		// Down long enough to be found dead: it counts under the cap.
+		s.marked = append(s.marked, time.Now())
+		if err := s.revive(ctx, n); err != nil {
+			return out, fmt.Errorf("%s: %w", what, err)
+		}
+		out.Returned = append(out.Returned, time.Now())
+	}
+	victim, err := s13Holder(ctx, c, s.w, s.settle)
+	if err != nil {
+		return out, fmt.Errorf("after the rolling reboot: %w", err)
+	}
+	out.Death, err = s.death(ctx, victim, "the death after the rolling reboot")
+	if err != nil {
+		return out, err
+	}
+	return out, s.revive(ctx, victim)
 }
 
 // waitSteadyNodes waits until every node has been Ready for a node grace
@@ -402,6 +540,17 @@ func RunS13SeriesPair(ctx context.Context, p Pair, opts S13SeriesPairOptions) (S
 	}
 	out.With = with
 	return out, err
+}
+
+// Marks are when the series' taints had been added, at the latest (the
+// verdict's time is whole seconds: a second more), for the cap's pacing
+// of what comes after on the same sandbox.
+func (p S13SeriesPair) Marks() []time.Time {
+	out := make([]time.Time, 0, len(p.With))
+	for _, d := range p.With {
+		out = append(out, d.DiedAt.Add(d.Verdict+time.Second))
+	}
+	return out
 }
 
 // Figures are the series' summaries: the verdict, the endpoint off and
