@@ -61,3 +61,31 @@ func TestAttackRestartDropsAliveReads(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackLiarCannotTakeOut: node b is NotReady by its own kubelet's
+// report while its Lease renews; every other node's agent (a quorum of its
+// watchers and every witness) forges it Dead since before its last
+// renewal. A liar can keep a node in, never take one out: b stays in past
+// its prune grace. Guard: holds on main.
+func TestAttackLiarCannotTakeOut(t *testing.T) {
+	ago := func(d time.Duration) time.Time { return t0.Add(-d) }
+	names := []string{"a", "b", "c", "d", "e"}
+	in := Input{Leases: map[string]liveness.Lease{}, State: State{Nodes: map[string]NodeState{}}, FirstSeen: map[string]time.Time{}}
+	for i, n := range names {
+		in.State.Nodes[n] = inSet(time.Time{})
+		in.FirstSeen[n] = ago(time.Hour)
+		in.Leases[n] = liveness.Lease{RenewSeen: ago(time.Second), RenewInterval: 10 * time.Second}
+		if n == "b" {
+			in.Nodes = append(in.Nodes, notReady(n, i+1, ago(5*time.Minute)))
+			in.FirstSeen[n] = ago(5 * time.Minute)
+			continue
+		}
+		in.Nodes = append(in.Nodes, ready(n, i+1, ago(time.Hour)))
+		in.Reports = append(in.Reports, Report{Reporter: n, Gossip: &liveness.GossipReport{ObservedAt: ago(time.Second), Members: len(names),
+			Watches: []liveness.Watch{{Node: "b", State: liveness.GossipDead, Since: ago(4 * time.Minute)}}}})
+	}
+	res := Plan(in, t0)
+	if d := decisionOf(res, "b"); !d.InSet {
+		t.Fatalf("forged Dead reads took b, whose Lease renews, out of the mesh: %s %s", d.Reason, d.Message)
+	}
+}

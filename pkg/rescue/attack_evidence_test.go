@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"rebound/pkg/liveness"
 )
 
@@ -47,4 +49,56 @@ func TestAttackLingeringSessionIsNoLife(t *testing.T) {
 			nextCheck: at(time.Minute + evidenceRecheck),
 		},
 	})
+}
+
+// TestAttackRestartForgetsRenewingLease: node-3's kubelet reports NotReady
+// itself (a hung container runtime) for five minutes while it renews its
+// Lease every 10 s; its pods are held on that evidence of life (its Lease
+// seen renewing). The controller restarts: its first sight of node-3's
+// Lease, 2 s ago, is no renewal watched, so node-3 has no evidence of
+// life until the next renewal, up to a renew interval later. Tried: with
+// a 0 s policy, would its pod be deleted in that window? It holds: the
+// planner's clock for a node whose Lease is not stale on rebound's clock
+// starts only when it goes stale, and a first sight goes stale only a
+// renew interval plus the margin after it, by when the next renewal has
+// been seen. The verdicts are liveness.Assess's own. Guard: holds on main.
+func TestAttackRestartForgetsRenewingLease(t *testing.T) {
+	const pod = "coredns-5d4f-x1"
+	now := at(5 * time.Minute)
+	for _, tc := range []struct {
+		name  string
+		lease liveness.Lease
+		seen  time.Time // rebound's first sight of node-3 NotReady
+	}{
+		{name: "control: its Lease seen renewing 2 s ago: not stranded", seen: t0, lease: liveness.Lease{RenewSeen: now.Add(-2 * time.Second), RenewInterval: 10 * time.Second}},
+		{name: "restarted controller, its first sight of the Lease 2 s ago: not stranded either", seen: now.Add(-2 * time.Second), lease: liveness.Lease{RenewSeen: now.Add(-2 * time.Second), RenewInterval: 10 * time.Second, FirstSight: true}},
+	} {
+		runPlanCases(t, []planCase{{
+			name: tc.name,
+			world: func() *world {
+				w := newWorld(now)
+				in := liveness.Input{Leases: map[string]liveness.Lease{}, FirstSeen: map[string]time.Time{}}
+				for i, n := range []string{"node-0", "node-1", "node-2", "node-3", "node-4"} {
+					if i == 3 {
+						w.node(n, "z1", corev1.ConditionFalse, t0)
+						in.Nodes = append(in.Nodes, liveness.Node{Name: n, Transition: t0})
+						in.Leases[n] = tc.lease
+						in.FirstSeen[n] = tc.seen
+						continue
+					}
+					w.node(n, "z1", corev1.ConditionTrue, t0.Add(-time.Hour))
+					in.Nodes = append(in.Nodes, liveness.Node{Name: n, Ready: true, Transition: t0.Add(-time.Hour)})
+					in.Leases[n] = liveness.Lease{RenewSeen: now.Add(-time.Second), RenewInterval: 10 * time.Second}
+					in.FirstSeen[n] = t0.Add(-time.Hour)
+				}
+				w.s.Verdicts = liveness.Assess(in, now).Nodes
+				w.deploymentPod("coredns", "node-3", 1, 0)
+				w.policy("default", zeroSeconds)
+				return w
+			},
+			decisions: map[string]Decision{pod: DecisionNotYet},
+			reasons:   map[string]string{pod: "the clock starts when the Lease goes stale"},
+			nextCheck: now.Add(10 * time.Second),
+		}})
+	}
 }
