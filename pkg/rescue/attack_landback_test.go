@@ -56,6 +56,10 @@ func TestAttackOnceRecord(t *testing.T) {
 			// y1's rescue: y1 stays on the dead node for the incident.
 			name: "two replicas, only x1 deleted (y1's delete failed): y1, never deleted, is rescued",
 			world: mk(at(2*time.Second), taint(corev1.TaintNodeUnreachable), twoReplicas, tolerateAll, func(w *world) {
+				// Both created before the incident, as the API stamps them.
+				for _, p := range w.s.Pods {
+					p.CreationTimestamp = metav1.NewTime(at(-time.Hour))
+				}
 				terminating(w.s.Pods[0], at(time.Second))
 			}),
 			decisions: map[string]Decision{x1: DecisionInFlight, y1: DecisionAct},

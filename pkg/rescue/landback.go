@@ -149,9 +149,10 @@ func (p *planner) landBackGate(c *candidate) bool {
 
 // rescuedThisIncident says how the cluster records a rescue of pod's
 // owner off node since the node's trouble began (its incident): pod
-// itself, or another pod of its owner on the node, Terminating with its
-// deletion requested since; or pod itself created since, bound to the
-// node: a replacement that landed back. "" when none: whoever deleted, a
+// itself Terminating with its deletion requested since; pod itself
+// created since, bound to the node: a replacement that landed back; or,
+// for a pod of unknown age, another pod of its owner on the node deleted
+// since. "" when none: whoever deleted, a
 // second delete would only repeat what did not move the pod.
 func (p *planner) rescuedThisIncident(pod *corev1.Pod, node *nodeState) string {
 	since := node.incident
@@ -162,7 +163,11 @@ func (p *planner) rescuedThisIncident(pod *corev1.Pod, node *nodeState) string {
 	if !pod.CreationTimestamp.Time.Before(since) && !pod.CreationTimestamp.IsZero() {
 		return fmt.Sprintf("the pod itself was created at %s, after the node's trouble began at %s, and bound to it: a replacement that landed back", formatTime(pod.CreationTimestamp.Time), formatTime(since))
 	}
-	if kind == "" {
+	// A pod created before the incident is an original replica, never a
+	// replacement: its sibling's rescue is no record of its own (a delete
+	// that failed, a restart between two). Only a pod whose creation
+	// time is unknown is judged by its siblings (the side that holds).
+	if kind == "" || !pod.CreationTimestamp.IsZero() {
 		return ""
 	}
 	for _, s := range p.siblings[sibKey{uid, node.node.Name}] {
