@@ -306,8 +306,15 @@ func (t *tracker) probed(node string, r probeResult, now time.Time) outcome {
 		w.lossProbe = false
 		if v != nil && v.alive {
 			w.probeAt = time.Time{}
-			if r == memberAnswered && w.state == liveness.GossipAlive {
+			switch {
+			case r == memberAnswered && w.state == liveness.GossipAlive:
 				t.rewrite = true
+			case t.lost[node]:
+				// Not answered (a lost packet, a busy member), or only its
+				// host: look again while the Lease plane has it lost, or a
+				// live member would have no Alive read after its loss
+				// until the next refresh, and a short policy would act.
+				w.lossProbe, w.probeAt = true, now.Add(t.recheck)
 			}
 			return unchanged
 		}

@@ -53,11 +53,12 @@ type LeaseSource interface {
 // marks the witness list for recomputation while any node is lost (who
 // may witness depends on the renewals seen since). A ring-watched member
 // this agent has Alive from the membership and that the Lease plane lost
-// since the last look gets one direct probe (lossProbe): if it answers,
+// since the last look gets a direct probe (lossProbe): if it answers,
 // the read is written again though it says the same, since the
 // controller counts an Alive read only from a write after the loss; if
 // not, nothing is written (a member that died may still be alive in the
-// membership for a few seconds: its death is the membership's to find).
+// membership for a few seconds: its death is the membership's to find),
+// and it is probed again every recheck interval while it stays lost.
 // leases is only read, never kept past the next call.
 func (t *tracker) leasesSeen(leases map[string]liveness.Lease, now time.Time) {
 	lost := make(map[string]bool, len(t.lost))
@@ -78,6 +79,15 @@ func (t *tracker) leasesSeen(leases map[string]liveness.Lease, now time.Time) {
 		}
 		if w, v := t.watches[n], t.members[n]; w != nil && v != nil && v.alive && w.state == liveness.GossipAlive {
 			w.lossProbe, w.probeAt = true, now
+		}
+	}
+	for n, w := range t.watches {
+		// Renewing again: no more loss probes of it.
+		if w.lossProbe && !lost[n] {
+			w.lossProbe = false
+			if v := t.members[n]; v != nil && v.alive {
+				w.probeAt = time.Time{}
+			}
 		}
 	}
 	if len(lost) > 0 || len(t.lost) > 0 || !maps.Equal(renewing, t.renewing) {

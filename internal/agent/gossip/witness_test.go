@@ -295,8 +295,8 @@ func TestWitnessRule(t *testing.T) {
 // has Alive from the membership gets one direct probe when its Lease goes
 // stale; if it answers, the read is written again, so that the controller
 // has an Alive read from after the loss; if not (it may have died, and
-// the membership not know yet), nothing. Not again while it stays lost,
-// and not for a member it has Dead.
+// the membership not know yet), nothing, and it is probed again a recheck
+// interval later while it stays lost. Never for a member it has Dead.
 func TestLossRewritesAnAliveRingWatch(t *testing.T) {
 	all := names("node", 8)
 	now := t0.Add(time.Minute)
@@ -333,8 +333,23 @@ func TestLossRewritesAnAliveRingWatch(t *testing.T) {
 			if w, _ := stateOf(tr, target); w.State != liveness.GossipAlive || !w.Since.Equal(t0) {
 				t.Errorf("%s is %+v after the loss probe, want Alive since %s: the membership has it alive", target, w, t0)
 			}
-			if due := seen(now.Add(3*time.Second), target); len(due) != 0 || tr.takeRewrite() {
-				t.Fatalf("%s still lost: probes %v, or a second rewrite", target, due)
+			// Still lost: answered once is enough; unanswered is probed
+			// again a recheck interval later, until it answers.
+			due = seen(now.Add(3*time.Second), target)
+			if tr.takeRewrite() {
+				t.Fatalf("%s still lost: a second rewrite", target)
+			}
+			if wantRetry := !tc.rewrite; (len(due) == 1 && due[0].node == target) != wantRetry || len(due) > 1 {
+				t.Fatalf("%s still lost: probes %v, want a retry %v", target, due, wantRetry)
+			}
+			if !tc.rewrite {
+				tr.probed(target, memberAnswered, now.Add(3*time.Second))
+				if !tr.takeRewrite() {
+					t.Fatalf("%s answered the retry: no rewrite", target)
+				}
+				if due := seen(now.Add(6*time.Second), target); len(due) != 0 {
+					t.Fatalf("%s answered: probes %v, want none while it stays lost", target, due)
+				}
 			}
 		})
 	}
