@@ -109,22 +109,30 @@ func s16Check(t *testing.T, res scenario.S16Result) {
 	}
 }
 
+// runS16Lane starts lane's sandbox, controller and agents, plays S16 with
+// opts (the window, the agents and the audit identity filled in) and
+// checks what every S16 lane holds to (s16Check).
+func runS16Lane(t *testing.T, lane s15Lane, opts scenario.S16Options) (*sandbox.Cluster, scenario.S16Result) {
+	t.Helper()
+	ctx := testContext(t, 8*time.Minute)
+	c, agents := startS16(ctx, t, lane.policy(t))
+	window := s16Window(c, lane.policyTime)
+	config(t, "s16_window", window.Seconds(), "s")
+	opts.Agents, opts.Window, opts.PeerSet, opts.User = agents, window, s15PeerSet, controllerUser
+	res, err := scenario.RunS16(ctx, c, scenario.NewTimeline(testWriter(t)), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s16Check(t, res)
+	return c, res
+}
+
 func TestS16OneNodeReachesTheAPI(t *testing.T) {
 	t.Parallel()
 	for _, lane := range s16Lanes() {
 		t.Run(lane.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testContext(t, 8*time.Minute)
-			c, agents := startS16(ctx, t, lane.policy(t))
-			window := s16Window(c, lane.policyTime)
-			config(t, "s16_window", window.Seconds(), "s")
-			res, err := scenario.RunS16(ctx, c, scenario.NewTimeline(testWriter(t)), scenario.S16Options{
-				Agents: agents, Window: window, PeerSet: s15PeerSet, User: controllerUser,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s16Check(t, res)
+			_, res := runS16Lane(t, lane, scenario.S16Options{})
 			for w, before := range res.Before {
 				if after := res.After[w]; len(before) != 1 || !slices.Equal(before, after) {
 					t.Errorf("%s: pods %v before the cut, %v after the heal: want the same one", w, before, after)
@@ -146,18 +154,7 @@ func TestS16WorkerDiesMeanwhile(t *testing.T) {
 	for _, lane := range s16Lanes() {
 		t.Run(lane.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testContext(t, 8*time.Minute)
-			c, agents := startS16(ctx, t, lane.policy(t))
-			window := s16Window(c, lane.policyTime)
-			config(t, "s16_window", window.Seconds(), "s")
-			res, err := scenario.RunS16(ctx, c, scenario.NewTimeline(testWriter(t)), scenario.S16Options{
-				Agents: agents, Window: window, PeerSet: s15PeerSet, User: controllerUser,
-				Dies: dies, DieAfter: 3 * time.Second,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s16Check(t, res)
+			c, res := runS16Lane(t, lane, scenario.S16Options{Dies: dies, DieAfter: 3 * time.Second})
 			metric(t, "s16_dead_worker_rescued", res.DeadRescued.Seconds(), "s")
 			if bound := c.Timings.NodeMonitorGracePeriod + lane.policyTime + 20*time.Second; res.DeadRescued > bound {
 				t.Errorf("%s's critical pod Ready elsewhere %s after its death, want within the node grace + maxUnavailableTime + 20 s = %s", dies, res.DeadRescued, bound)
