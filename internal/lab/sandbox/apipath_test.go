@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // echoServer echoes every line and counts the connections it accepted.
@@ -28,6 +29,24 @@ func echoServer(t *testing.T) (string, *atomic.Int32) {
 		}
 	}()
 	return ln.Addr().String(), &accepted
+}
+
+// waitConns waits until p holds n connections.
+func waitConns(t *testing.T, p *APIPath, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		got := len(p.conns)
+		p.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the path holds %d connections after 10s, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, line string) {
@@ -70,6 +89,9 @@ func TestAPIPathCutAndRestore(t *testing.T) {
 		t.Fatalf("a connection during the cut is refused (%v): want accepted and dropped", err)
 	}
 	defer during.Close()
+	// Dial returns once the kernel accepts; the path takes the
+	// connection on a moment later. Restore before that would forward it.
+	waitConns(t, p, 2)
 	if _, err := before.Write([]byte("lost\n")); err != nil {
 		t.Fatalf("a write on a held connection failed at once: %v", err)
 	}
