@@ -162,6 +162,8 @@ func printScaleMetrics(out io.Writer, o scale.Options, r scale.Result) error {
 	w.Count(p+"repeated_deletes", r.Repeated)
 	w.MetricDecimals(p+"deadline_to_delete_p50", r.P50, 3, "s")
 	w.MetricDecimals(p+"deadline_to_delete_p99", r.P99, 3, "s")
+	w.MetricDecimals(p+"own_deadline_to_delete_p50", r.OwnP50, 3, "s")
+	w.MetricDecimals(p+"own_deadline_to_delete_p99", r.OwnP99, 3, "s")
 	w.Metric(p+"pass_ms", r.PassMs, "ms")
 	if pr := r.Peering; pr != nil {
 		w.MetricDecimals(p+"agent_bytes_per_min", pr.AgentBytesPerMin, 0, "bytes")
@@ -169,7 +171,8 @@ func printScaleMetrics(out io.Writer, o scale.Options, r scale.Result) error {
 		w.Metric(p+"peering_controller_rss", pr.ControllerRSSMiB, "MiB")
 		w.Metric(p+"peering_controller_rss_peak", pr.ControllerPeakMiB, "MiB")
 	}
-	fmt.Fprintf(os.Stderr, "  latest delete after its deadline: %s\n", r.Latest)
+	fmt.Fprintf(os.Stderr, "  latest delete after its API deadline: %s\n", r.Latest)
+	fmt.Fprintf(os.Stderr, "  latest delete after rebound's own deadline: %s\n", r.OwnLatest)
 	for _, name := range slices.Sorted(maps.Keys(r.Components)) {
 		u := r.Components[name]
 		w.MetricDecimals(p+metricName(name)+"_rss", u.RSSMiB, 0, "MiB")

@@ -18,6 +18,15 @@ import (
 	"rebound/pkg/rescue/execute"
 )
 
+// The log line of every applied rescue action, and its key for the
+// policy's deadline on this process's clock (rescue.Action.Deadline):
+// rebound-bench scale reads them to time the deletes from rebound's own
+// deadline.
+const (
+	LogMessageRescueAction = "rescue action"
+	LogKeyDeadline         = "deadline"
+)
+
 // act applies one action through the shared executor (pkg/rescue/execute,
 // the same one `rebound restore bringup` uses), records its Event, and on
 // success adds it to the ledger and to the policy's records.
@@ -32,8 +41,12 @@ func (r *RecoveryReconciler) act(ctx context.Context, log logr.Logger, a rescue.
 		log.Error(o.Err, "action failed", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "reason", a.Reason)
 		return fmt.Errorf("%s: %w", a.Key(), o.Err)
 	}
-	log.Info("rescue action", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "pod", a.Pod, "node", a.Node,
-		"result", o.Result, "detail", o.Detail, "reason", a.Reason)
+	kv := []any{"action", a.Kind, "object", a.Namespace + "/" + a.Name, "pod", a.Pod, "node", a.Node,
+		"result", o.Result, "detail", o.Detail, "reason", a.Reason}
+	if !a.Deadline.IsZero() {
+		kv = append(kv, LogKeyDeadline, a.Deadline.Format(time.RFC3339Nano))
+	}
+	log.Info(LogMessageRescueAction, kv...)
 	if o.Applied() && a.Policy != "" {
 		rec := a.Record(r.clock.Now(), rescue.ResultSucceeded)
 		records[a.Policy] = append(records[a.Policy], rec)

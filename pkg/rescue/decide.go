@@ -135,6 +135,12 @@ type Action struct {
 	// IncidentSlack is the node grace BounceCovers allows between a
 	// recorded bounce and Incident.
 	IncidentSlack time.Duration
+	// Deadline is, for an action on a stranded pod, when the policy's
+	// maxUnavailableTime ran out on this process's clock
+	// (CriticalPod.Deadline): logged with the action, so that how late
+	// rebound acts after its own deadline can be measured from outside.
+	// Zero for ScaleRestore.
+	Deadline time.Time
 	// TwoPlane is set on a delete a two-plane verdict decided (policy
 	// detection TwoPlanes): the executor then requires what it says of
 	// the node's Lease, taint and verdict, where it would otherwise
@@ -436,6 +442,7 @@ func (p *planner) propose(i int, pod *corev1.Pod, rule *policyRule, starts bool,
 	cp := &p.critical[i]
 	reason := fmt.Sprintf(format, args...) + "; " + strandedSummary(cp, rule.maxUnavailable, p.now)
 	a.Policy, a.Namespace, a.Pod, a.Node, a.Reason = rule.name, cp.Namespace, cp.Name, cp.Node, reason
+	a.Deadline = cp.Deadline
 	if n := p.idx.notReady[cp.Node]; n != nil && (a.Kind == ActionDelete || a.Kind == ActionForceDelete) {
 		// The deletes' re-check; a scale bounce needs no node, and comes
 		// only for a Deployment with no replica available.

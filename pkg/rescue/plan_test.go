@@ -59,6 +59,10 @@ func TestPlanFor(t *testing.T) {
 				if a.UID != "uid-pod-"+coredns || a.ResourceVersion != "3" || a.Policy != "default" || a.Node != "node-3" || a.Pod != coredns || a.DryRun {
 					t.Errorf("action = %+v", a)
 				}
+				// The deadline the action logs: NotReady at 0 plus the policy's 30 s.
+				if !a.Deadline.Equal(at(30*time.Second)) || !a.Deadline.Equal(p.Critical[0].Deadline) {
+					t.Errorf("action deadline = %v, want %v (the pod's)", a.Deadline, at(30*time.Second))
+				}
 				if !strings.Contains(p.Critical[0].UpstreamReason, "PartialDisruption with NoExecute tainting rate 0/s: upstream never evicts") {
 					t.Errorf("upstream reason = %q", p.Critical[0].UpstreamReason)
 				}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -49,6 +50,8 @@ func TestScaleSmall(t *testing.T) {
 	metric(t, "scale30_idle_writes_per_min", res.Idle.PerMinute(res.Idle.Writes), "count")
 	metric(t, "scale30_deadline_to_delete_p50", res.P50, "s")
 	metric(t, "scale30_deadline_to_delete_p99", res.P99, "s")
+	metric(t, "scale30_own_deadline_to_delete_p50", res.OwnP50, "s")
+	metric(t, "scale30_own_deadline_to_delete_p99", res.OwnP99, "s")
 	metric(t, "scale30_pass_ms", res.PassMs, "ms")
 	// At rest the set does not change, so an agent receives next to
 	// nothing (0 bytes in a 30 s window is the expected steady state); the
@@ -67,6 +70,13 @@ func TestScaleSmall(t *testing.T) {
 	}
 	if res.Stranded < o.CriticalPods/2 {
 		t.Errorf("only %d of %d critical pods were on the dying nodes: the scenario did not strand enough", res.Stranded, o.CriticalPods)
+	}
+	// Never before its own deadline: the policy's maxUnavailableTime from
+	// rebound's first sight, on the clock the apiserver shares here.
+	if len(res.OwnDeadlineToDelete) != res.Deleted {
+		t.Errorf("%d deletes timed from rebound's own deadline, want all %d", len(res.OwnDeadlineToDelete), res.Deleted)
+	} else if early := slices.Min(append([]float64{0}, res.OwnDeadlineToDelete...)); early < 0 {
+		t.Errorf("a pod was deleted %.3f s before rebound's own deadline for it", -early)
 	}
 	if res.Deleted != res.Stranded || res.Repeated != 0 {
 		t.Errorf("rebound deleted %d of %d stranded pods, %d deletes repeated; want every one exactly once", res.Deleted, res.Stranded, res.Repeated)

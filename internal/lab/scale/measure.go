@@ -1,6 +1,8 @@
 package scale
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -8,7 +10,9 @@ import (
 	"sort"
 	"time"
 
+	"rebound/internal/controller"
 	"rebound/internal/lab/sandbox"
+	"rebound/pkg/rescue"
 )
 
 // writeVerbs change state on the apiserver.
@@ -95,4 +99,44 @@ func CPUPerMinute(a, b ProcSample) float64 {
 		return 0
 	}
 	return (b.CPUSeconds - a.CPUSeconds) / d.Minutes()
+}
+
+// ownDeadlines reads a JSON controller log for its first delete of each
+// pod (namespace/name) and the deadline the controller logged with it:
+// the policy's maxUnavailableTime from the controller's first sight of
+// the node's NotReady, on the controller's clock, which on the sandbox is
+// the apiserver's.
+func ownDeadlines(log string) (map[string]time.Time, error) {
+	f, err := os.Open(log)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]time.Time{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var rec struct {
+			Msg      string `json:"msg"`
+			Action   string `json:"action"`
+			Object   string `json:"object"`
+			Deadline string `json:"deadline"`
+		}
+		if json.Unmarshal(line, &rec) != nil || rec.Msg != controller.LogMessageRescueAction {
+			continue
+		}
+		if rec.Action != string(rescue.ActionDelete) || rec.Deadline == "" {
+			continue
+		}
+		if _, seen := out[rec.Object]; seen {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, rec.Deadline)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s of %s: %w", log, controller.LogKeyDeadline, rec.Object, err)
+		}
+		out[rec.Object] = at
+	}
+	return out, sc.Err()
 }

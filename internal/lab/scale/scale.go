@@ -162,6 +162,16 @@ type Result struct {
 	Latest string  `json:"latest"`
 	P50    float64 `json:"deadlineToDeleteP50"`
 	P99    float64 `json:"deadlineToDeleteP99"`
+	// OwnDeadlineToDelete is, per deleted pod, seconds from rebound's own
+	// deadline (its first sight of the node's NotReady plus
+	// maxUnavailableTime, as its log of the action says) to the
+	// apiserver's completion of the delete: what rebound adds itself,
+	// without the watch's delivery of the NotReady and the API's
+	// whole-second transition times.
+	OwnDeadlineToDelete []float64 `json:"ownDeadlineToDelete"`
+	OwnLatest           string    `json:"ownLatest"`
+	OwnP50              float64   `json:"ownDeadlineToDeleteP50"`
+	OwnP99              float64   `json:"ownDeadlineToDeleteP99"`
 	// PassMs is the mean planning pass (snapshot + plan) during the
 	// rescue, from rebound_plan_duration_seconds; Passes how many ran.
 	PassMs float64 `json:"passMs"`
@@ -210,7 +220,9 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 		return res, err
 	}
 
-	args := []string{"--leader-elect"}
+	// JSON, so that the rescue actions' own deadlines can be read back
+	// (ownDeadlines).
+	args := []string{"--leader-elect", "--log-format", "json"}
 	if o.LeasePlane {
 		if err := install.DetectionFor(ctx, cl, "rebound-scale", sandbox.ReboundUser); err != nil {
 			return res, err
@@ -352,6 +364,28 @@ func Run(ctx context.Context, c *sandbox.Cluster, o Options) (Result, error) {
 		res.DeadlineToDelete = append(res.DeadlineToDelete, late)
 	}
 	res.P50, res.P99 = Percentile(res.DeadlineToDelete, 50), Percentile(res.DeadlineToDelete, 99)
+
+	own, err := ownDeadlines(ctl.Log)
+	if err != nil {
+		return res, err
+	}
+	for key := range stranded {
+		d := deletes[key]
+		if len(d) == 0 {
+			continue
+		}
+		deadline, ok := own[key]
+		if !ok {
+			return res, fmt.Errorf("scale: rebound deleted %s but its log %s has no deadline for it", key, ctl.Log)
+		}
+		late := d[0].StageTimestamp.Sub(deadline).Seconds()
+		if len(res.OwnDeadlineToDelete) == 0 || late > slices.Max(res.OwnDeadlineToDelete) {
+			res.OwnLatest = fmt.Sprintf("%s (rebound's deadline %s, deleted at %s)", key,
+				deadline.Format("15:04:05.000"), d[0].StageTimestamp.Format("15:04:05.000"))
+		}
+		res.OwnDeadlineToDelete = append(res.OwnDeadlineToDelete, late)
+	}
+	res.OwnP50, res.OwnP99 = Percentile(res.OwnDeadlineToDelete, 50), Percentile(res.OwnDeadlineToDelete, 99)
 	return res, nil
 }
 

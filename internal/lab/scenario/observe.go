@@ -57,6 +57,52 @@ func (s Snapshot) AvailableOn(node string) bool {
 	return false
 }
 
+// Summary says in one line what the snapshot holds, for an error that
+// ends a wait: the workload's availability and pods, and every node that
+// is not Ready or carries a NoExecute taint.
+func (s Snapshot) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d/%d available", s.Available, s.Desired)
+	for _, p := range s.Pods {
+		state := "not Ready"
+		switch {
+		case p.Terminating:
+			state = "terminating"
+		case p.Ready:
+			state = "Ready"
+		}
+		node := p.Node
+		if node == "" {
+			node = "no node"
+		}
+		fmt.Fprintf(&b, "; pod %s on %s, %s", p.Name, node, state)
+	}
+	names := make([]string, 0, len(s.Nodes))
+	for n := range s.Nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	healthy := 0
+	for _, n := range names {
+		ns := s.Nodes[n]
+		switch {
+		case !ns.Ready && ns.NoExecute:
+			fmt.Fprintf(&b, "; node %s NotReady, NoExecute", n)
+		case !ns.Ready:
+			fmt.Fprintf(&b, "; node %s NotReady", n)
+		case ns.NoExecute:
+			fmt.Fprintf(&b, "; node %s Ready, NoExecute", n)
+		default:
+			healthy++
+		}
+	}
+	fmt.Fprintf(&b, "; %d other node(s) Ready", healthy)
+	for _, z := range sortedKeys(s.Zones) {
+		fmt.Fprintf(&b, "; zone %s %s", z, s.Zones[z])
+	}
+	return b.String()
+}
+
 // PodNodes lists the nodes of the workload's live (non-terminating) pods.
 func (s Snapshot) PodNodes() []string {
 	var out []string
@@ -119,7 +165,7 @@ func (o *Observer) WaitFor(ctx context.Context, timeout time.Duration, what stri
 		return false, nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%s: not within %s: %w", what, timeout, err)
+		return 0, fmt.Errorf("%s: not within %s: %w; last seen: %s", what, timeout, err, o.Snapshot().Summary())
 	}
 	return at, nil
 }
