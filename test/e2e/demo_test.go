@@ -173,13 +173,20 @@ func distinctColours(img image.Image, limit int) int {
 func TestDemoFirstCommandAsAUser(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t, 8*time.Minute)
-	cmd := exec.CommandContext(ctx, reboundBinary, "demo", "--fast", "--scenarios", "S1", "--report", "", "--dir", t.TempDir())
+	dir := t.TempDir()
+	cmd := exec.CommandContext(ctx, reboundBinary, "demo", "--fast", "--scenarios", "S1", "--report", "", "--dir", dir)
 	cmd.Dir = repoPath(".")
 	var out lockedBuffer
 	first := make(chan time.Duration, 1)
 	start := time.Now()
 	cmd.Stdout, cmd.Stderr = &out, &firstLineWriter{w: &out, start: start, first: first}
 	if err := cmd.Run(); err != nil {
+		// The sandboxes' logs go with the temporary directory: their
+		// last lines are what tells a slow machine from a defect.
+		logs, _ := filepath.Glob(filepath.Join(dir, "*", "logs", "*.log"))
+		for _, l := range logs {
+			t.Logf("last lines of %s:\n%s", l, tail(l, 12))
+		}
 		t.Fatalf("rebound demo: %v\n%s", err, out.String())
 	}
 	text := out.String()

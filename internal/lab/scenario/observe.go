@@ -125,6 +125,10 @@ type Observer struct {
 	mu   sync.Mutex
 	last Snapshot
 	seen bool
+	// readErr is the last failed read and failures how many failed since
+	// the last that succeeded: a stale snapshot names its cause.
+	readErr  error
+	failures int
 }
 
 // Observe starts an observer that runs until ctx ends.
@@ -165,19 +169,35 @@ func (o *Observer) WaitFor(ctx context.Context, timeout time.Duration, what stri
 		return false, nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%s: not within %s: %w; last seen: %s", what, timeout, err, o.Snapshot().Summary())
+		return 0, fmt.Errorf("%s: not within %s: %w; last seen: %s%s", what, timeout, err, o.Snapshot().Summary(), o.readFailures())
 	}
 	return at, nil
+}
+
+// readFailures says, for an error, whether the snapshot is stale
+// because the observer's reads have been failing.
+func (o *Observer) readFailures() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.readErr == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (the observer's last %d read(s) failed: %v)", o.failures, o.readErr)
 }
 
 func (o *Observer) poll(ctx context.Context) {
 	s, err := o.read(ctx)
 	if err != nil {
-		return // the next tick tries again; apiserver hiccups are not events
+		// The next tick tries again; apiserver hiccups are not events.
+		o.mu.Lock()
+		o.readErr, o.failures = err, o.failures+1
+		o.mu.Unlock()
+		return
 	}
 	o.mu.Lock()
 	prev, seen := o.last, o.seen
 	o.last, o.seen = s, true
+	o.readErr, o.failures = nil, 0
 	o.mu.Unlock()
 	o.diff(prev, s, seen)
 }
