@@ -31,6 +31,7 @@ func (e *explainer) explainEarlyDetection() {
 	if !c.InUse {
 		ed.Status = "NotInUse"
 		ed.Message = "no agent gossips (no PeeringReport has a gossip read): a node is found dead when the API has it NotReady, as upstream"
+		e.explainFewRenewing()
 		return
 	}
 	stale := ""
@@ -106,4 +107,51 @@ func (e *explainer) explainDisagreements(in liveness.Input) {
 		ed.Disagreements = append(ed.Disagreements, gd)
 		e.add(f)
 	}
+}
+
+// explainFewRenewing names, when no agent gossips, the shape in which
+// only a minority of the nodes' Leases still renew: the workers' path to
+// the API servers failing (a load balancer in front of them; a
+// control-plane node's kubelet talks to its local API server) and those
+// workers dying look the same from the API, and only witnesses that
+// reach the API (the agents) tell them apart. Without them rebound acts
+// on such nodes' pods after their policies' maxUnavailableTime, as on
+// dead ones.
+func (e *explainer) explainFewRenewing() {
+	if e.x.Leases == nil {
+		return
+	}
+	margin := e.x.Peering.Evidence.LeaseMargin
+	var renewing, stale []string
+	for _, n := range e.s.Nodes {
+		l, ok := e.x.Leases[n.Name]
+		at := l.StaleAt(margin)
+		if !ok || at.IsZero() {
+			continue
+		}
+		if e.now.After(at) {
+			stale = append(stale, n.Name)
+		} else {
+			renewing = append(renewing, n.Name)
+		}
+	}
+	if len(renewing) == 0 || len(stale) < 2 || 2*len(renewing) >= len(renewing)+len(stale) {
+		return
+	}
+	slices.Sort(renewing)
+	slices.Sort(stale)
+	e.add(Finding{Impact: ImpactInfo, Kind: "EarlyDetection", Object: "Lease plane",
+		Cause: fmt.Sprintf("the Leases of %d of %d nodes are stale (%s) while only %s renew, and no agent gossips: "+
+			"a failure of those nodes' path to the API servers (a load balancer in front of them) and the death of those nodes look the same from the API",
+			len(stale), len(stale)+len(renewing), listSome(stale, 5), listSome(renewing, 5)),
+		Rebound: "without agents rebound cannot tell the two apart: it rescues the critical pods of the stale nodes after their policies' maxUnavailableTime, " +
+			"within what the renewing nodes can run, as for dead nodes; run the agents (docs/install.md) so that witnesses that reach the API see live nodes alive and rebound holds"})
+}
+
+// listSome joins at most n names and says how many more there are.
+func listSome(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
