@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"rebound/internal/testing/gossipforge"
+	"rebound/internal/lab/gossipforge"
 	"rebound/pkg/liveness"
 )
 

@@ -21,7 +21,7 @@ import (
 	"rebound/api/v1alpha1"
 	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
-	"rebound/internal/testing/gossipforge"
+	"rebound/internal/lab/gossipforge"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/liveness"
 )
