@@ -21,42 +21,76 @@ import (
 // the gossip and the Lease plane.
 const ReasonGossipPlaneDisagrees = "GossipPlaneDisagrees"
 
-// LivenessVerdicts gives the recovery planner its verdicts
-// (RecoveryOptions.Liveness): the clocks of the process's one
-// liveness.Tracker, which the peering planner shares; the Lease plane of
-// leases (nil: none); the history of the planes' disagreements in
-// distrust (nil: none kept), which every pass feeds; and, when reports is
-// set (agents report: their BGP sessions where peering runs, their gossip
-// where they gossip), the agents' PeeringReports from the manager's
-// cache. When the reports cannot be read the verdicts rest on the API
-// alone, the safe side: no NotReady node counts as alive, and none as
-// dead by the network's word. events (nil: none) records each node's
-// GossipPlaneDisagrees Event, once per disagreement.
-func LivenessVerdicts(reports client.Reader, tracker *liveness.Tracker, leases *liveness.LeaseTracker, distrust *liveness.DistrustTracker, events *execute.Executor, opts liveness.Options) func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
-	var (
-		metrics    verdictMetrics
-		mismatches watcherMismatches
-		disagree   = disagreements{events: events}
-	)
-	return func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
-		firstSeen := tracker.Observe(kube.LivenessNodes(nodes), now)
-		var list v1alpha1.PeeringReportList
-		if reports != nil {
-			if err := reports.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-				logf.FromContext(ctx).Info("PeeringReports unreadable: verdicts from the API alone this pass", "error", err.Error())
-				list.Items = nil
-			}
-		}
-		rs := kube.ReadableReports(list.Items)
-		distrust.SeeReports(rs, now)
-		a := liveness.Assess(liveness.Input{Nodes: kube.LivenessNodes(nodes), Reports: rs, FirstSeen: firstSeen, Leases: leases.Leases(),
-			Distrust: distrust.Distrust(now), Options: opts}, now)
-		distrust.Observe(a, now)
-		metrics.observe(a, now)
-		disagree.observe(ctx, nodes, a)
-		mismatches.observe(ctx, opts.WatcherMismatches(rs, now))
-		return a
+// Judge is the controller's one judge of liveness. It owns the clocks
+// every planner counts from: first sight of each node's Ready state
+// (tracker, which the peering planner shares), the Lease plane (leases,
+// nil: none), the history of the planes' disagreements (distrust, nil:
+// none kept) and, when reports is set (agents report: their BGP sessions
+// where peering runs, their gossip where they gossip), the agents'
+// PeeringReports from the manager's cache. When the reports cannot be
+// read the verdicts rest on the API alone, the safe side: no NotReady
+// node counts as alive, and none as dead by the network's word. Every
+// planner (rescue, the early marks, peering) reads its Assess; the
+// executor's re-check right before a delete reads its Peek.
+type Judge struct {
+	reports  client.Reader
+	tracker  *liveness.Tracker
+	leases   *liveness.LeaseTracker
+	distrust *liveness.DistrustTracker
+	opts     liveness.Options
+
+	metrics    verdictMetrics
+	mismatches watcherMismatches
+	disagree   disagreements
+}
+
+// NewJudge returns the judge over these trackers. events (nil: none)
+// records each node's GossipPlaneDisagrees Event, once per disagreement.
+func NewJudge(reports client.Reader, tracker *liveness.Tracker, leases *liveness.LeaseTracker, distrust *liveness.DistrustTracker, events *execute.Executor, opts liveness.Options) *Judge {
+	if tracker == nil {
+		tracker = &liveness.Tracker{}
 	}
+	return &Judge{reports: reports, tracker: tracker, leases: leases, distrust: distrust, opts: opts, disagree: disagreements{events: events}}
+}
+
+// Assess judges nodes at now for a planner's pass, and records what a
+// pass records: first sights, the disagreements' history (which later
+// verdicts read), the verdict metrics, the disagreement Events and the
+// watcher-mismatch log.
+func (j *Judge) Assess(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
+	lnodes := kube.LivenessNodes(nodes)
+	firstSeen := j.tracker.Observe(lnodes, now)
+	rs := j.readReports(ctx)
+	j.distrust.SeeReports(rs, now)
+	a := liveness.Assess(liveness.Input{Nodes: lnodes, Reports: rs, FirstSeen: firstSeen, Leases: j.leases.Leases(),
+		Distrust: j.distrust.Distrust(now), Options: j.opts}, now)
+	j.distrust.Observe(a, now)
+	j.metrics.observe(a, now)
+	j.disagree.observe(ctx, nodes, a)
+	j.mismatches.observe(ctx, j.opts.WatcherMismatches(rs, now))
+	return a
+}
+
+// Peek judges as Assess would at now and records nothing: the executor's
+// re-check right before a delete asks again without moving any clock,
+// history, metric or Event that the passes keep.
+func (j *Judge) Peek(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment {
+	lnodes := kube.LivenessNodes(nodes)
+	rs := j.readReports(ctx)
+	return liveness.Assess(liveness.Input{Nodes: lnodes, Reports: rs, FirstSeen: j.tracker.Peek(lnodes, now), Leases: j.leases.Leases(),
+		Distrust: j.distrust.Peek(rs, now), Options: j.opts}, now)
+}
+
+func (j *Judge) readReports(ctx context.Context) []liveness.Report {
+	if j.reports == nil {
+		return nil
+	}
+	var list v1alpha1.PeeringReportList
+	if err := j.reports.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		logf.FromContext(ctx).Info("PeeringReports unreadable: verdicts from the API alone this pass", "error", err.Error())
+		return nil
+	}
+	return kube.ReadableReports(list.Items)
 }
 
 // disagreements publishes rebound_gossip_disagreement and
@@ -159,7 +193,7 @@ func (w *watcherMismatches) observe(ctx context.Context, ms []liveness.WatcherMi
 }
 
 // EventWriter records the controller's core/v1 Events through api, as the
-// recovery and unreachable reconcilers do (LivenessVerdicts' Node Events).
+// recovery and unreachable reconcilers do (the Judge's Node Events).
 func EventWriter(api kubernetes.Interface) *execute.Executor {
 	return &execute.Executor{Client: api, Component: eventComponent}
 }

@@ -66,11 +66,11 @@ type PeeringOptions struct {
 	// is one plane.
 	Leases *liveness.LeaseTracker
 	// Distrust is the history of the planes' disagreements, which the
-	// recovery controller's verdicts feed (LivenessVerdicts); nil means
+	// recovery controller's verdicts feed (Judge); nil means
 	// none kept: only what disagrees now holds.
 	Distrust *liveness.DistrustTracker
 	// Liveness is the one judge the recovery and unreachable reconcilers
-	// read too (LivenessVerdicts over the same trackers): when set, the
+	// read too (Judge.Assess over the same trackers): when set, the
 	// planner reads its verdicts and judges nothing itself. Nil: the
 	// planner judges its own input (tests).
 	Liveness func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment

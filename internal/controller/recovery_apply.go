@@ -27,11 +27,11 @@ const (
 	LogKeyDeadline         = "deadline"
 )
 
-// act applies one action through the shared executor (pkg/rescue/execute,
-// the same one `rebound restore bringup` uses), records its Event, and on
-// success adds it to the ledger and to the policy's records.
-func (r *RecoveryReconciler) act(ctx context.Context, log logr.Logger, a rescue.Action, owners map[string]rescue.Workload, records map[string][]v1alpha1.ActionRecord) error {
-	o := r.exec.Apply(ctx, a)
+// record records an action the shared executor (pkg/rescue/execute, the
+// same one `rebound restore bringup` uses) applied with outcome o: its
+// Event, its log line, and on success the ledger and the policy's
+// records.
+func (r *RecoveryReconciler) record(ctx context.Context, log logr.Logger, a rescue.Action, o execute.Outcome, owners map[string]rescue.Workload, records map[string][]v1alpha1.ActionRecord) error {
 	rescuesTotal.WithLabelValues(string(a.Kind), o.Result).Inc()
 	w := owners[a.Namespace+"/"+a.Pod]
 	if err := r.exec.RecordOutcome(ctx, a, w, o); err != nil {

@@ -47,12 +47,16 @@ type RecoveryOptions struct {
 	// config; tests pass a fake.
 	APIClient kubernetes.Interface
 	// Liveness returns the planner's verdicts (rescue.Snapshot.Verdicts,
-	// LivenessVerdicts) and when they may change with no new event (a
+	// Judge.Assess) and when they may change with no new event (a
 	// report ages out, a Lease goes stale): the reconciler looks again
 	// then. nil means verdicts from this reconciler's own
 	// liveness.Tracker and no reports: the clocks are still rebound's
 	// own, never a kubelet's.
 	Liveness func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment
+	// Recheck is the same judge asked again right before a two-plane
+	// delete (Judge.Peek): the verdicts Liveness would give, with nothing
+	// recorded. nil means Liveness.
+	Recheck func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment
 	// WatchReports starts a pass when an agent's PeeringReport says
 	// something new (a gossip watcher's vote, a session's state): set it
 	// when Liveness reads the reports.
@@ -107,7 +111,8 @@ func SetupRecovery(mgr ctrl.Manager, opts RecoveryOptions) error {
 		opts.APIClient = cs
 	}
 	if opts.Liveness == nil {
-		opts.Liveness = LivenessVerdicts(nil, &liveness.Tracker{}, nil, nil, nil, liveness.Options{})
+		j := NewJudge(nil, nil, nil, nil, nil, liveness.Options{})
+		opts.Liveness, opts.Recheck = j.Assess, j.Peek
 	}
 	r := newRecoveryReconciler(mgr.GetClient(), mgr.GetAPIReader(), opts)
 	podInformer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})

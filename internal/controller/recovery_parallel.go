@@ -8,6 +8,7 @@ import (
 
 	"rebound/api/v1alpha1"
 	"rebound/pkg/rescue"
+	"rebound/pkg/rescue/execute"
 )
 
 // applyParallelism bounds the actions one pass has in flight. A rescue of
@@ -18,19 +19,25 @@ import (
 // their order does not matter.
 const applyParallelism = 16
 
-// actAll runs act for every action, at most applyParallelism at once. The
-// policies' records are merged in plan order, so the status reads as if
-// they had run one after another. It returns the errors in plan order and
+// actAll applies every action, at most applyParallelism at once, then
+// records each. The policies' records are merged in plan order, so the
+// status reads as if they had run one after another. It returns the errors in plan order and
 // whether any action succeeded.
 func (r *RecoveryReconciler) actAll(ctx context.Context, log logr.Logger, actions []rescue.Action, owners map[string]rescue.Workload, records map[string][]v1alpha1.ActionRecord) ([]error, bool) {
 	type outcome struct {
 		err     error
 		records map[string][]v1alpha1.ActionRecord
 	}
+	// Every action first, then their Events and records: a delete does
+	// not wait behind an Event of an earlier one for a free slot.
+	applied := make([]execute.Outcome, len(actions))
+	inParallel(len(actions), func(i int) {
+		applied[i] = r.exec.Apply(ctx, actions[i])
+	})
 	out := make([]outcome, len(actions))
 	inParallel(len(actions), func(i int) {
 		recs := map[string][]v1alpha1.ActionRecord{}
-		out[i] = outcome{err: r.act(ctx, log, actions[i], owners, recs), records: recs}
+		out[i] = outcome{err: r.record(ctx, log, actions[i], applied[i], owners, recs), records: recs}
 	})
 	var errs []error
 	acted := false

@@ -40,12 +40,16 @@ func markedDeadEarly(n *corev1.Node, v liveness.NodeVerdict) bool {
 }
 
 // currentVerdict is the executor's Verdict: the verdict on node as it
-// stands now, from the cached nodes and the same liveness function the
-// plan read. A node the cache does not hold is Unknown, which refuses.
+// stands now, from the cached nodes and the same judge the plan read,
+// asked without recording anything (RecoveryOptions.Recheck). A node the cache does not hold is Unknown, which refuses.
 func (r *RecoveryReconciler) currentVerdict(ctx context.Context, node string) liveness.NodeVerdict {
 	var nodes corev1.NodeList
 	if err := r.client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return liveness.NodeVerdict{Verdict: liveness.Unknown, Reason: "the nodes cannot be read from the cache: " + err.Error()}
 	}
-	return r.opts.Liveness(ctx, pointers(nodes.Items), r.clock.Now()).Of(node)
+	judge := r.opts.Recheck
+	if judge == nil {
+		judge = r.opts.Liveness
+	}
+	return judge(ctx, pointers(nodes.Items), r.clock.Now()).Of(node)
 }

@@ -40,7 +40,7 @@ type UnreachableOptions struct {
 	// --mark-pods-not-ready-early).
 	Plan unreachable.Options
 	// Liveness returns the verdicts: the function the recovery reconciler
-	// reads (LivenessVerdicts), so that both act on the same clocks. nil
+	// reads (Judge.Assess), so that both act on the same clocks. nil
 	// means verdicts from the API alone, which never say Dead early: the
 	// reconciler then only takes rebound's taints off (fail open).
 	Liveness func(ctx context.Context, nodes []*corev1.Node, now time.Time) liveness.Assessment

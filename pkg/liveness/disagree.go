@@ -258,7 +258,46 @@ func (t *DistrustTracker) Distrust(now time.Time) *Distrust {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.begin(now)
-	d := &Distrust{Since: t.start, LastSaid: make(map[string]time.Time, len(t.last)), Silent: make(map[string]bool, len(t.silent)), DeadSeen: make(map[string]time.Time, len(t.deadSeen))}
+	return t.copyLocked(t.start)
+}
+
+// Peek returns what SeeReports(rs, now) followed by Distrust(now) would,
+// and records nothing: a read or Dead watch not seen before counts as
+// first seen at now, as SeeReports would record it. For a re-check that
+// must judge as a pass would without changing what the passes record.
+func (t *DistrustTracker) Peek(rs []Report, now time.Time) *Distrust {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	start := t.start
+	if start.IsZero() {
+		start = now
+	}
+	d := t.copyLocked(start)
+	see := func(k string) {
+		if _, ok := d.DeadSeen[k]; !ok {
+			d.DeadSeen[k] = now
+		}
+	}
+	for _, r := range rs {
+		if r.Gossip == nil {
+			continue
+		}
+		see(ReadSeenKey(r.Reporter, r.Gossip.ObservedAt))
+		for _, w := range r.Gossip.Watches {
+			if w.State == GossipDead {
+				see(DeadVoteKey(r.Reporter, w))
+			}
+		}
+	}
+	return d
+}
+
+// copyLocked copies the history, with start as its Since; t.mu is held.
+func (t *DistrustTracker) copyLocked(start time.Time) *Distrust {
+	d := &Distrust{Since: start, LastSaid: make(map[string]time.Time, len(t.last)), Silent: make(map[string]bool, len(t.silent)), DeadSeen: make(map[string]time.Time, len(t.deadSeen))}
 	for n, at := range t.last {
 		d.LastSaid[n] = at
 	}

@@ -274,6 +274,22 @@ func (t *Tracker) Observe(nodes []Node, now time.Time) map[string]time.Time {
 	return out
 }
 
+// Peek returns what Observe(nodes, now) would and records nothing: a node
+// not seen before, or seen in the other Ready state, counts from now.
+func (t *Tracker) Peek(nodes []Node, now time.Time) map[string]time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]time.Time, len(nodes))
+	for _, n := range nodes {
+		if s, ok := t.seen[n.Name]; ok && s.ready == n.Ready {
+			out[n.Name] = s.at
+		} else {
+			out[n.Name] = now
+		}
+	}
+	return out
+}
+
 // LeaseTracker records when this process saw each node's Lease renewed:
 // the Lease plane of Input.Leases, on rebound's own clock. Feed it every
 // Lease the watch delivers; a renewal is a change of renewTime, whatever

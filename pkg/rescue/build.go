@@ -59,7 +59,7 @@ type LivenessSignals struct {
 	// Options say which reports count (peering.Config.Evidence).
 	Options liveness.Options
 	// Assess, when set, judges in place of liveness.Assess over the
-	// fields above: the controller's judge (LivenessVerdicts), which reads
+	// fields above: the controller's judge (internal/controller.Judge), which reads
 	// the same reports and Leases from its caches, shares its first-sight
 	// history with the peering and unreachable reconcilers and records the
 	// verdict metrics. Reports, Leases and FirstSeen are then unused.

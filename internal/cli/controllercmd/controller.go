@@ -177,11 +177,12 @@ upstream eviction.`,
 			}
 			// The one judge: every planner (rescue, the early marks,
 			// peering) reads its verdicts, over the same trackers.
-			verdicts := controller.LivenessVerdicts(reports, tracker, leases, distrust, controller.EventWriter(cs), peeringOpts.Config.WithDefaults().Evidence)
+			judge := controller.NewJudge(reports, tracker, leases, distrust, controller.EventWriter(cs), peeringOpts.Config.WithDefaults().Evidence)
+			verdicts := judge.Assess
 			peeringOpts.Liveness = verdicts
 			if !noRecovery {
 				recOpts.WatchReports = reports != nil
-				recOpts.Liveness = verdicts
+				recOpts.Liveness, recOpts.Recheck = verdicts, judge.Peek
 				if leasePlane {
 					recOpts.LeaseRenewTimes = controller.CachedLeaseRenewTimes(mgr.GetClient())
 				}
