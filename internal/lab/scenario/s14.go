@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"rebound/api/v1alpha1"
+	"rebound/internal/lab/gossipforge"
 	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
-	"rebound/internal/lab/gossipforge"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/liveness"
 )
