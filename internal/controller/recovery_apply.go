@@ -159,7 +159,46 @@ const statusConflictRetries = 3
 // that has not seen the previous pass's write yet would drop that pass's
 // records (and its rescuesTotal). On a conflict the policy is read again
 // from the API and the records are put on top of what is there.
+// statusWrite is a status patch this process made: the resourceVersion
+// it patched over, and the policy as the API returned it.
+type statusWrite struct {
+	over   string
+	policy *v1alpha1.RecoveryPolicy
+}
+
+// latest is the newest of a cached policy and this process's last write
+// of it. The cache sees a write a moment after the API has it; until it
+// does it still holds the version the write patched over, and a patch
+// from it would conflict, cost a re-read, and hold the next pass (and
+// the next deadline) behind both. Any other version in the cache is
+// someone else's change or the write itself, and the cache wins.
+func (r *RecoveryReconciler) latest(p *v1alpha1.RecoveryPolicy) *v1alpha1.RecoveryPolicy {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.written[p.Name]
+	switch {
+	case !ok:
+		return p
+	case w.over == p.ResourceVersion && w.policy.UID == p.UID:
+		return w.policy.DeepCopy()
+	default:
+		delete(r.written, p.Name)
+		return p
+	}
+}
+
+// wrote remembers a status patch of p over resourceVersion over.
+func (r *RecoveryReconciler) wrote(over string, p *v1alpha1.RecoveryPolicy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.written == nil {
+		r.written = map[string]statusWrite{}
+	}
+	r.written[p.Name] = statusWrite{over: over, policy: p.DeepCopy()}
+}
+
 func (r *RecoveryReconciler) writeStatus(ctx context.Context, p *v1alpha1.RecoveryPolicy, rep rescue.PolicyReport, recs []v1alpha1.ActionRecord) error {
+	p = r.latest(p)
 	for attempt := 0; ; attempt++ {
 		next := p.Status.DeepCopy()
 		next.ObservedGeneration = p.Generation
@@ -179,7 +218,11 @@ func (r *RecoveryReconciler) writeStatus(ctx context.Context, p *v1alpha1.Recove
 		// API call: patch recoverypolicies/status (deploy/rbac/controller_role.yaml; rbac_test.go checks it).
 		err := r.client.Status().Patch(ctx, p, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 		switch {
-		case err == nil, apierrors.IsNotFound(err):
+		case err == nil:
+			// p is now what the API returned: the new resourceVersion.
+			r.wrote(orig.ResourceVersion, p)
+			return nil
+		case apierrors.IsNotFound(err):
 			return nil
 		case !apierrors.IsConflict(err) || attempt == statusConflictRetries:
 			return err

@@ -96,6 +96,7 @@ type RecoveryReconciler struct {
 	usage          *usageIndex                // pods' requests per node; nil: read the pods
 	ledger         []rescue.LedgerEntry       // real actions of the last minute
 	ledgerSince    time.Time                  // the first pass: the ledger is whole from then on
+	written        map[string]statusWrite     // policy name -> this process's last status write
 }
 
 // SetupRecovery registers the recovery controller with the manager.

@@ -30,9 +30,12 @@ func (r *RecoveryReconciler) actAll(ctx context.Context, log logr.Logger, action
 	}
 	// Every action first, then their Events and records: a delete does
 	// not wait behind an Event of an earlier one for a free slot.
+	// One executor for the pass: a node's re-reads are shared by the
+	// pass's deletes off it.
+	exec := r.exec.Pass()
 	applied := make([]execute.Outcome, len(actions))
 	inParallel(len(actions), func(i int) {
-		applied[i] = r.exec.Apply(ctx, actions[i])
+		applied[i] = exec.Apply(ctx, actions[i])
 	})
 	out := make([]outcome, len(actions))
 	inParallel(len(actions), func(i int) {

@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -53,6 +54,97 @@ type Executor struct {
 	// nil refuses every such action, the side of a caller that keeps no
 	// Lease plane.
 	Verdict func(ctx context.Context, node string) liveness.NodeVerdict
+
+	// reads, when set (Pass), shares the re-reads of a node among the
+	// pass's actions on it.
+	reads *passReads
+}
+
+// Pass returns an executor for the actions of one pass, applied together:
+// the re-reads before the deletes (the node, its Lease, the verdict) are
+// made once per node, right before the first delete off it, and every
+// delete of the pass off that node is checked against them. A node
+// running dozens of stranded pods would otherwise be read dozens of times
+// in the same moment, and the pass, and every deadline behind it, would
+// wait for the API to answer them all. The reads are no older than the
+// pass: call Pass again for the next one.
+func (e *Executor) Pass() *Executor {
+	c := *e
+	c.reads = &passReads{}
+	return &c
+}
+
+// passReads holds one pass's reads, by node: each a future, so that
+// concurrent actions on one node wait for the one read in flight.
+type passReads struct {
+	mu       sync.Mutex
+	nodes    map[string]func() nodeRead
+	leases   map[string]func() leaseRead
+	verdicts map[string]func() liveness.NodeVerdict
+}
+
+// shared returns m[key], starting read for it when it is the first.
+func shared[T any](mu *sync.Mutex, m *map[string]func() T, key string, read func() T) func() T {
+	mu.Lock()
+	defer mu.Unlock()
+	if f, ok := (*m)[key]; ok {
+		return f
+	}
+	if *m == nil {
+		*m = map[string]func() T{}
+	}
+	f := future(read)
+	(*m)[key] = f
+	return f
+}
+
+// future runs read at once and returns what waits for its result; every
+// call returns the same result.
+func future[T any](read func() T) func() T {
+	var v T
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		v = read()
+	}()
+	return func() T {
+		<-done
+		return v
+	}
+}
+
+type nodeRead struct {
+	n   *corev1.Node
+	err error
+}
+
+type leaseRead struct {
+	l   *coordinationv1.Lease
+	err error
+}
+
+// getNode reads node from the API, once per pass (Pass).
+func (e *Executor) getNode(ctx context.Context, node string) (*corev1.Node, error) {
+	read := func() nodeRead {
+		n, err := e.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		return nodeRead{n, err}
+	}
+	var r nodeRead
+	if e.reads == nil {
+		r = read()
+	} else {
+		r = shared(&e.reads.mu, &e.reads.nodes, node, read)()
+	}
+	return r.n, r.err
+}
+
+// verdict asks Verdict about node, once per pass (Pass).
+func (e *Executor) verdict(ctx context.Context, node string) liveness.NodeVerdict {
+	read := func() liveness.NodeVerdict { return e.Verdict(ctx, node) }
+	if e.reads == nil {
+		return read()
+	}
+	return shared(&e.reads.mu, &e.reads.verdicts, node, read)()
 }
 
 // Outcome is what one action did.
@@ -131,7 +223,7 @@ func (e *Executor) nodeStillDown(ctx context.Context, a rescue.Action, force boo
 	if a.LeaseRenewTime != nil || a.TwoPlane != nil {
 		lease = e.readLease(ctx, a.Node)
 	}
-	n, err := e.Client.CoreV1().Nodes().Get(ctx, a.Node, metav1.GetOptions{})
+	n, err := e.getNode(ctx, a.Node)
 	switch {
 	case apierrors.IsNotFound(err) && force:
 		return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s is gone from the API; the pod garbage collector removes its pods", a.Node)}, false
@@ -240,27 +332,27 @@ func (e *Executor) stillDeadOnTwoPlanes(ctx context.Context, a rescue.Action, n 
 	if e.Verdict == nil {
 		return refuse("this executor has no liveness verdict to re-check the two-plane verdict on node %s with", a.Node)
 	}
-	if v := e.Verdict(ctx, a.Node); v.Verdict != liveness.Dead || v.DetectedAt.IsZero() {
+	if v := e.verdict(ctx, a.Node); v.Verdict != liveness.Dead || v.DetectedAt.IsZero() {
 		return refuse("node %s is no longer dead on both planes (verdict %s: %s)", a.Node, v.Verdict, v.Reason)
 	}
 	return Outcome{}, true
 }
 
-// readLease starts a read of node's Lease from the API and returns what
-// waits for its result.
+// readLease starts a read of node's Lease from the API (once per pass,
+// Pass) and returns what waits for its result.
 func (e *Executor) readLease(ctx context.Context, node string) func() (*coordinationv1.Lease, error) {
-	type result struct {
-		l   *coordinationv1.Lease
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
+	read := func() leaseRead {
 		l, err := e.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
-		done <- result{l, err}
-	}()
+		return leaseRead{l, err}
+	}
+	var f func() leaseRead
+	if e.reads == nil {
+		f = future(read)
+	} else {
+		f = shared(&e.reads.mu, &e.reads.leases, node, read)
+	}
 	return func() (*coordinationv1.Lease, error) {
-		r := <-done
-		done <- r // a second call gets the same read
+		r := f()
 		return r.l, r.err
 	}
 }

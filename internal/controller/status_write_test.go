@@ -1,0 +1,87 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"rebound/api/v1alpha1"
+	"rebound/pkg/rescue"
+)
+
+// The cache sees a status write a moment after the API: the next pass's
+// policy still has the version the write patched over. That pass writes
+// on top of its own last write, with no conflict and no re-read (each
+// would hold the next pass, and the next deadline, behind a round trip),
+// and loses no record. A change by someone else wins as before.
+func TestStatusWriteOnTopOfItsOwn(t *testing.T) {
+	ctx := context.Background()
+	policy := &v1alpha1.RecoveryPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "uid-p", Generation: 1}}
+	var patches, rereads int
+	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(policy).WithStatusSubresource(&v1alpha1.RecoveryPolicy{}).
+		WithIndex(&v1alpha1.RecoveryPolicy{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+				patches++
+				return c.SubResource(sub).Patch(ctx, o, p, opts...)
+			},
+			List: func(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
+				rereads++
+				return c.List(ctx, l, opts...)
+			},
+		}).Build()
+	r := newRecoveryReconciler(c, c, RecoveryOptions{})
+	var stale v1alpha1.RecoveryPolicy
+	if err := c.Get(ctx, client.ObjectKeyFromObject(policy), &stale); err != nil {
+		t.Fatal(err)
+	}
+	rec := func(pod string) v1alpha1.ActionRecord {
+		return v1alpha1.ActionRecord{Time: metav1.NewTime(time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)), Action: "Delete", Pod: "ns/" + pod, Node: "n", Reason: "test", Result: rescue.ResultSucceeded}
+	}
+	rep := rescue.PolicyReport{Name: "p", Valid: true, Stranded: 2}
+
+	// Pass 1 writes; pass 2 starts from the stale cached copy.
+	if err := r.writeStatus(ctx, stale.DeepCopy(), rep, []v1alpha1.ActionRecord{rec("a")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.writeStatus(ctx, stale.DeepCopy(), rep, []v1alpha1.ActionRecord{rec("b")}); err != nil {
+		t.Fatal(err)
+	}
+	if patches != 2 || rereads != 0 {
+		t.Errorf("%d patches and %d re-reads for two writes over a lagging cache, want 2 and 0", patches, rereads)
+	}
+	var got v1alpha1.RecoveryPolicy
+	if err := c.Get(ctx, client.ObjectKeyFromObject(policy), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.RescuesTotal != 2 || len(got.Status.LastActions) != 2 {
+		t.Errorf("status after two writes: rescuesTotal %d, lastActions %v; want both records", got.Status.RescuesTotal, got.Status.LastActions)
+	}
+
+	// Someone else changes the policy: the cache shows a version this
+	// process did not write over, and it wins.
+	got.Status.LastActions = nil
+	got.Status.RescuesTotal = 7
+	if err := c.Status().Update(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	var theirs v1alpha1.RecoveryPolicy
+	if err := c.Get(ctx, client.ObjectKeyFromObject(policy), &theirs); err != nil {
+		t.Fatal(err)
+	}
+	patches = 0
+	if err := r.writeStatus(ctx, theirs.DeepCopy(), rep, []v1alpha1.ActionRecord{rec("c")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(policy), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.RescuesTotal != 8 || len(got.Status.LastActions) != 1 {
+		t.Errorf("after someone else's change: rescuesTotal %d, lastActions %v; want theirs plus one", got.Status.RescuesTotal, got.Status.LastActions)
+	}
+}
