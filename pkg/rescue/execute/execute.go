@@ -6,7 +6,8 @@
 // rescue.PrependRecords) are pure and live with the planner.
 //
 // Every read here goes to the API server, never to an informer cache: every
-// delete re-reads the node and refuses if it is Ready now, or no longer
+// delete re-reads the node (once per pass and node for a pass's deletes
+// applied together, Executor.Pass) and refuses if it is Ready now, or no longer
 // carries the taint that keeps the replacement off it (or, for an
 // action a two-plane verdict decided, if the node's Lease was renewed
 // since, its rebound.dev/unreachable mark is gone, or the verdict no
