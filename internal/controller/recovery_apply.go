@@ -28,18 +28,21 @@ const (
 )
 
 // record records an action the shared executor (pkg/rescue/execute, the
-// same one `rebound restore bringup` uses) applied with outcome o: its
-// Event, its log line, and on success the ledger and the policy's
-// records.
-func (r *RecoveryReconciler) record(ctx context.Context, log logr.Logger, a rescue.Action, o execute.Outcome, owners map[string]rescue.Workload, records map[string][]v1alpha1.ActionRecord) error {
+// same one `rebound restore bringup` uses) applied with outcome o: its log
+// line, and on success the ledger and the policy's records. It returns
+// the write of the action's Event, which the pass makes beside the
+// policies' status writes (Reconcile).
+func (r *RecoveryReconciler) record(ctx context.Context, log logr.Logger, a rescue.Action, o execute.Outcome, owners map[string]rescue.Workload, records map[string][]v1alpha1.ActionRecord) (func(), error) {
 	rescuesTotal.WithLabelValues(string(a.Kind), o.Result).Inc()
 	w := owners[a.Namespace+"/"+a.Pod]
-	if err := r.exec.RecordOutcome(ctx, a, w, o); err != nil {
-		log.Error(err, "Event not recorded", "action", a.Kind, "object", a.Namespace+"/"+a.Name)
+	event := func() {
+		if err := r.exec.RecordOutcome(ctx, a, w, o); err != nil {
+			log.Error(err, "Event not recorded", "action", a.Kind, "object", a.Namespace+"/"+a.Name)
+		}
 	}
 	if o.Err != nil {
 		log.Error(o.Err, "action failed", "action", a.Kind, "object", a.Namespace+"/"+a.Name, "reason", a.Reason)
-		return fmt.Errorf("%s: %w", a.Key(), o.Err)
+		return event, fmt.Errorf("%s: %w", a.Key(), o.Err)
 	}
 	kv := []any{"action", a.Kind, "object", a.Namespace + "/" + a.Name, "pod", a.Pod, "node", a.Node,
 		"result", o.Result, "detail", o.Detail, "reason", a.Reason}
@@ -52,7 +55,7 @@ func (r *RecoveryReconciler) record(ctx context.Context, log logr.Logger, a resc
 		records[a.Policy] = append(records[a.Policy], rec)
 		r.remember(a.Policy, rec)
 	}
-	return nil
+	return event, nil
 }
 
 // remember adds a real action to the in-memory ledger of the last minute
@@ -131,7 +134,7 @@ func (r *RecoveryReconciler) updateStatuses(ctx context.Context, log logr.Logger
 	// that a rescue spread over many policies does not hold the next pass
 	// (and the next deadline) behind one round trip after another.
 	errs := make([]error, len(policies))
-	inParallel(len(policies), func(i int) {
+	inParallelUpTo(len(policies), statusParallelism, func(i int) {
 		rep, ok := reports[policies[i].Name]
 		if !ok {
 			return

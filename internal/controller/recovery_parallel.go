@@ -21,46 +21,48 @@ const applyParallelism = 16
 
 // actAll applies every action, at most applyParallelism at once, then
 // records each. The policies' records are merged in plan order, so the
-// status reads as if they had run one after another. It returns the errors in plan order and
-// whether any action succeeded.
-func (r *RecoveryReconciler) actAll(ctx context.Context, log logr.Logger, actions []rescue.Action, owners map[string]rescue.Workload, records map[string][]v1alpha1.ActionRecord) ([]error, bool) {
-	type outcome struct {
-		err     error
-		records map[string][]v1alpha1.ActionRecord
-	}
-	// Every action first, then their Events and records: a delete does
-	// not wait behind an Event of an earlier one for a free slot.
-	// One executor for the pass: a node's re-reads are shared by the
-	// pass's deletes off it.
+// status reads as if they had run one after another. It returns the
+// errors in plan order, whether any action succeeded, and the writes of
+// the actions' Events, for the caller to make beside the status writes.
+func (r *RecoveryReconciler) actAll(ctx context.Context, log logr.Logger, actions []rescue.Action, owners map[string]rescue.Workload, records map[string][]v1alpha1.ActionRecord) ([]error, bool, []func()) {
+	// Every action first: a delete does not wait behind the Event of an
+	// earlier one for a free slot. One executor for the pass: a node's
+	// re-reads are shared by the pass's deletes off it.
 	exec := r.exec.Pass()
 	applied := make([]execute.Outcome, len(actions))
 	inParallel(len(actions), func(i int) {
 		applied[i] = exec.Apply(ctx, actions[i])
 	})
-	out := make([]outcome, len(actions))
-	inParallel(len(actions), func(i int) {
-		recs := map[string][]v1alpha1.ActionRecord{}
-		out[i] = outcome{err: r.record(ctx, log, actions[i], applied[i], owners, recs), records: recs}
-	})
 	var errs []error
+	events := make([]func(), 0, len(actions))
 	acted := false
-	for _, o := range out {
-		if o.err != nil {
-			errs = append(errs, o.err)
+	for i, a := range actions {
+		recs := map[string][]v1alpha1.ActionRecord{}
+		event, err := r.record(ctx, log, a, applied[i], owners, recs)
+		events = append(events, event)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		acted = true
-		for policy, recs := range o.records {
-			records[policy] = append(records[policy], recs...)
+		for policy, rs := range recs {
+			records[policy] = append(records[policy], rs...)
 		}
 	}
-	return errs, acted
+	return errs, acted, events
 }
+
+// statusParallelism bounds the policies' status writes in flight: one
+// object each, and a pass waits for the last of them.
+const statusParallelism = 64
 
 // inParallel runs f(0) ... f(n-1), at most applyParallelism at once, and
 // returns when all have returned.
-func inParallel(n int, f func(i int)) {
-	sem := make(chan struct{}, applyParallelism)
+func inParallel(n int, f func(i int)) { inParallelUpTo(n, applyParallelism, f) }
+
+// inParallelUpTo is inParallel with at most limit at once.
+func inParallelUpTo(n, limit int, f func(i int)) {
+	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
