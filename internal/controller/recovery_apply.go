@@ -122,9 +122,19 @@ func (r *RecoveryReconciler) reportBlocked(ctx context.Context, log logr.Logger,
 	r.mu.Unlock()
 }
 
+// statusMinInterval is how long after this process wrote a policy's
+// status a change without new action records waits to be written. During
+// a rescue every pass changes the counts (stranded pods go as they are
+// deleted); writing each would hold every pass, and the next deadline,
+// behind a round of status writes. Records are written at once: after a
+// restart they are what counts against maxActionsPerMinute.
+const statusMinInterval = time.Second
+
 // updateStatuses writes each policy's counts, conditions and the actions
 // just taken (rescue.PrependRecords: newest first, at most 10). A policy
-// whose status would not change is not written.
+// whose status would not change is not written; one whose only change is
+// its counts or conditions, written less than statusMinInterval ago, is
+// written by a pass at most statusMinInterval later (statusPending).
 func (r *RecoveryReconciler) updateStatuses(ctx context.Context, log logr.Logger, policies []*v1alpha1.RecoveryPolicy, plan rescue.Plan, records map[string][]v1alpha1.ActionRecord) error {
 	reports := map[string]rescue.PolicyReport{}
 	for _, pr := range plan.Policies {
@@ -197,7 +207,35 @@ func (r *RecoveryReconciler) wrote(over string, p *v1alpha1.RecoveryPolicy) {
 	if r.written == nil {
 		r.written = map[string]statusWrite{}
 	}
+	if r.statusWrittenAt == nil {
+		r.statusWrittenAt = map[string]time.Time{}
+	}
 	r.written[p.Name] = statusWrite{over: over, policy: p.DeepCopy()}
+	r.statusWrittenAt[p.Name] = r.clock.Now()
+}
+
+// wroteRecently reports whether this process wrote the status of policy
+// less than statusMinInterval ago; if so, a pass must come back to write
+// what it does not write now (statusPending).
+func (r *RecoveryReconciler) wroteRecently(policy string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.statusWrittenAt[policy]
+	if !ok || r.clock.Since(at) >= statusMinInterval {
+		return false
+	}
+	r.statusPending = true
+	return true
+}
+
+// takeStatusPending reports, and forgets, whether a pass left a status
+// change unwritten.
+func (r *RecoveryReconciler) takeStatusPending() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.statusPending
+	r.statusPending = false
+	return p
 }
 
 func (r *RecoveryReconciler) writeStatus(ctx context.Context, p *v1alpha1.RecoveryPolicy, rep rescue.PolicyReport, recs []v1alpha1.ActionRecord) error {
@@ -214,6 +252,9 @@ func (r *RecoveryReconciler) writeStatus(ctx context.Context, p *v1alpha1.Recove
 		meta.SetStatusCondition(&next.Conditions, readyCondition(p, rep))
 		meta.SetStatusCondition(&next.Conditions, degradedCondition(p, rep))
 		if equality.Semantic.DeepEqual(&p.Status, next) {
+			return nil
+		}
+		if len(recs) == 0 && next.ObservedGeneration == p.Status.ObservedGeneration && r.wroteRecently(p.Name) {
 			return nil
 		}
 		orig := p.DeepCopy()

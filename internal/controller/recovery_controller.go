@@ -88,15 +88,17 @@ type RecoveryReconciler struct {
 	opts   RecoveryOptions
 	clock  clock.PassiveClock
 
-	mu             sync.Mutex
-	prevZones      zone.Cluster
-	prevDisruption rescue.Disruption
-	announced      map[string]bool            // dry-run and stopped actions already logged
-	blocked        map[string]rescue.Decision // pod UID -> NoTarget/Held already reported
-	usage          *usageIndex                // pods' requests per node; nil: read the pods
-	ledger         []rescue.LedgerEntry       // real actions of the last minute
-	ledgerSince    time.Time                  // the first pass: the ledger is whole from then on
-	written        map[string]statusWrite     // policy name -> this process's last status write
+	mu              sync.Mutex
+	prevZones       zone.Cluster
+	prevDisruption  rescue.Disruption
+	announced       map[string]bool            // dry-run and stopped actions already logged
+	blocked         map[string]rescue.Decision // pod UID -> NoTarget/Held already reported
+	usage           *usageIndex                // pods' requests per node; nil: read the pods
+	ledger          []rescue.LedgerEntry       // real actions of the last minute
+	ledgerSince     time.Time                  // the first pass: the ledger is whole from then on
+	written         map[string]statusWrite     // policy name -> this process's last status write
+	statusWrittenAt map[string]time.Time       // policy name -> when this process last wrote its status
+	statusPending   bool                       // a pass left a status change for later (statusMinInterval)
 }
 
 // SetupRecovery registers the recovery controller with the manager.
@@ -265,7 +267,11 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 // they happen and never returned, so that controller-runtime's
 // exponential backoff cannot postpone the plan's next check.
 func (r *RecoveryReconciler) requeue(plan rescue.Plan, verdictsChange time.Time, acted, failed bool) ctrl.Result {
-	return nextPass(r.clock.Now(), plan.NextCheck, verdictsChange, acted, failed)
+	res := nextPass(r.clock.Now(), plan.NextCheck, verdictsChange, acted, failed)
+	if r.takeStatusPending() && (res.RequeueAfter == 0 || res.RequeueAfter > statusMinInterval) {
+		res.RequeueAfter = statusMinInterval
+	}
+	return res
 }
 
 func (r *RecoveryReconciler) stopSwitchPulled(ctx context.Context) (bool, error) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -83,5 +84,64 @@ func TestStatusWriteOnTopOfItsOwn(t *testing.T) {
 	}
 	if got.Status.RescuesTotal != 8 || len(got.Status.LastActions) != 1 {
 		t.Errorf("after someone else's change: rescuesTotal %d, lastActions %v; want theirs plus one", got.Status.RescuesTotal, got.Status.LastActions)
+	}
+}
+
+// During a rescue each pass changes the counts. A change without new
+// records within statusMinInterval of the last write waits for a pass
+// that statusPending brings back within that interval; records never
+// wait.
+func TestStatusCountsWaitRecordsDoNot(t *testing.T) {
+	ctx := context.Background()
+	policy := &v1alpha1.RecoveryPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "uid-p", Generation: 1}}
+	patches := 0
+	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(policy).WithStatusSubresource(&v1alpha1.RecoveryPolicy{}).
+		WithIndex(&v1alpha1.RecoveryPolicy{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+				patches++
+				return c.SubResource(sub).Patch(ctx, o, p, opts...)
+			},
+		}).Build()
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC))
+	r := newRecoveryReconciler(c, c, RecoveryOptions{Clock: clk})
+	current := func() *v1alpha1.RecoveryPolicy {
+		var p v1alpha1.RecoveryPolicy
+		if err := c.Get(ctx, client.ObjectKeyFromObject(policy), &p); err != nil {
+			t.Fatal(err)
+		}
+		return &p
+	}
+	rec := v1alpha1.ActionRecord{Time: metav1.NewTime(clk.Now()), Action: "Delete", Pod: "ns/a", Node: "n", Reason: "test", Result: rescue.ResultSucceeded}
+	steps := []struct {
+		name      string
+		advance   time.Duration
+		stranded  int
+		recs      []v1alpha1.ActionRecord
+		written   bool
+		requeueBy time.Duration // 0: no status reason to come back
+	}{
+		{name: "first write", stranded: 3, recs: []v1alpha1.ActionRecord{rec}, written: true},
+		{name: "counts change 200 ms later: wait", advance: 200 * time.Millisecond, stranded: 2, requeueBy: statusMinInterval},
+		{name: "a record 100 ms later: at once", advance: 100 * time.Millisecond, stranded: 2, recs: []v1alpha1.ActionRecord{rec}, written: true},
+		{name: "counts change 1 s later: written", advance: time.Second, stranded: 1, written: true},
+		{name: "nothing changes: nothing written", advance: 100 * time.Millisecond, stranded: 1},
+	}
+	for _, st := range steps {
+		clk.SetTime(clk.Now().Add(st.advance))
+		before := patches
+		if err := r.writeStatus(ctx, current(), rescue.PolicyReport{Name: "p", Valid: true, Stranded: st.stranded}, st.recs); err != nil {
+			t.Fatal(err)
+		}
+		if got := patches > before; got != st.written {
+			t.Errorf("%s: written %v, want %v", st.name, got, st.written)
+		}
+		res := r.requeue(rescue.Plan{}, time.Time{}, false, false)
+		if res.RequeueAfter != st.requeueBy {
+			t.Errorf("%s: next pass after %v, want %v", st.name, res.RequeueAfter, st.requeueBy)
+		}
+	}
+	if got := current().Status; got.StrandedPods != 1 || got.RescuesTotal != 2 {
+		t.Errorf("final status: stranded %d, rescues %d; want 1 and 2", got.StrandedPods, got.RescuesTotal)
 	}
 }
