@@ -24,18 +24,7 @@ func TestStatusWriteOnTopOfItsOwn(t *testing.T) {
 	ctx := context.Background()
 	policy := &v1alpha1.RecoveryPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "uid-p", Generation: 1}}
 	var patches, rereads int
-	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(policy).WithStatusSubresource(&v1alpha1.RecoveryPolicy{}).
-		WithIndex(&v1alpha1.RecoveryPolicy{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
-		WithInterceptorFuncs(interceptor.Funcs{
-			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-				patches++
-				return c.SubResource(sub).Patch(ctx, o, p, opts...)
-			},
-			List: func(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
-				rereads++
-				return c.List(ctx, l, opts...)
-			},
-		}).Build()
+	c := countingPolicyClient(policy, &patches, &rereads)
 	r := newRecoveryReconciler(c, c, RecoveryOptions{})
 	var stale v1alpha1.RecoveryPolicy
 	if err := c.Get(ctx, client.ObjectKeyFromObject(policy), &stale); err != nil {
@@ -94,15 +83,8 @@ func TestStatusWriteOnTopOfItsOwn(t *testing.T) {
 func TestStatusCountsWaitRecordsDoNot(t *testing.T) {
 	ctx := context.Background()
 	policy := &v1alpha1.RecoveryPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "uid-p", Generation: 1}}
-	patches := 0
-	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(policy).WithStatusSubresource(&v1alpha1.RecoveryPolicy{}).
-		WithIndex(&v1alpha1.RecoveryPolicy{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
-		WithInterceptorFuncs(interceptor.Funcs{
-			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-				patches++
-				return c.SubResource(sub).Patch(ctx, o, p, opts...)
-			},
-		}).Build()
+	var patches, rereads int
+	c := countingPolicyClient(policy, &patches, &rereads)
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC))
 	r := newRecoveryReconciler(c, c, RecoveryOptions{Clock: clk})
 	current := func() *v1alpha1.RecoveryPolicy {
@@ -144,4 +126,21 @@ func TestStatusCountsWaitRecordsDoNot(t *testing.T) {
 	if got := current().Status; got.StrandedPods != 1 || got.RescuesTotal != 2 {
 		t.Errorf("final status: stranded %d, rescues %d; want 1 and 2", got.StrandedPods, got.RescuesTotal)
 	}
+}
+
+// countingPolicyClient is a fake API holding policy that counts the status
+// patches and the lists (the re-reads after a conflict).
+func countingPolicyClient(policy *v1alpha1.RecoveryPolicy, patches, lists *int) client.Client {
+	return fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(policy).WithStatusSubresource(&v1alpha1.RecoveryPolicy{}).
+		WithIndex(&v1alpha1.RecoveryPolicy{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+				*patches++
+				return c.SubResource(sub).Patch(ctx, o, p, opts...)
+			},
+			List: func(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
+				*lists++
+				return c.List(ctx, l, opts...)
+			},
+		}).Build()
 }
