@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
 	"rebound/internal/controller"
@@ -293,6 +294,23 @@ func meshOffUnderRebound(ctx context.Context, t *testing.T, c *sandbox.Cluster, 
 // no more.
 func confdRendersRebound(ctx context.Context, t *testing.T, cs *scenario.Confds, n *birdlab.Node, peers []*birdlab.Node) {
 	t.Helper()
+	// The sessions come up under the mesh as well: wait for confd to
+	// render rebound's BGPPeer without the mesh first (a loaded machine
+	// renders seconds after the change), then for the sessions.
+	rebounds := func(cfg string) bool {
+		if strings.Contains(cfg, "protocol bgp Mesh_") {
+			return false
+		}
+		for _, p := range peers {
+			if !strings.Contains(cfg, "protocol bgp "+confdlab.ProtocolNames(p.Address)[1]+" ") {
+				return false
+			}
+		}
+		return true
+	}
+	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return rebounds(cs.Of(n).Rendered()), nil
+	})
 	must(t, cs.WaitPeers(ctx, n, peers, time.Minute))
 	cfg := cs.Of(n).Rendered()
 	if strings.Contains(cfg, "protocol bgp Mesh_") {
