@@ -172,9 +172,11 @@ const statusConflictRetries = 3
 // that has not seen the previous pass's write yet would drop that pass's
 // records (and its rescuesTotal). On a conflict the policy is read again
 // from the API and the records are put on top of what is there.
-// statusWrite is a status patch this process made: the resourceVersion
-// it patched over, and the policy as the API returned it.
+// statusWrite is the last status patch this process made of a policy:
+// when, the resourceVersion it patched over, and the policy as the API
+// returned it (nil once the cache has caught up with it).
 type statusWrite struct {
+	at     time.Time
 	over   string
 	policy *v1alpha1.RecoveryPolicy
 }
@@ -190,12 +192,13 @@ func (r *RecoveryReconciler) latest(p *v1alpha1.RecoveryPolicy) *v1alpha1.Recove
 	defer r.mu.Unlock()
 	w, ok := r.written[p.Name]
 	switch {
-	case !ok:
+	case !ok || w.policy == nil:
 		return p
 	case w.over == p.ResourceVersion && w.policy.UID == p.UID:
 		return w.policy.DeepCopy()
 	default:
-		delete(r.written, p.Name)
+		w.policy = nil
+		r.written[p.Name] = w
 		return p
 	}
 }
@@ -207,11 +210,7 @@ func (r *RecoveryReconciler) wrote(over string, p *v1alpha1.RecoveryPolicy) {
 	if r.written == nil {
 		r.written = map[string]statusWrite{}
 	}
-	if r.statusWrittenAt == nil {
-		r.statusWrittenAt = map[string]time.Time{}
-	}
-	r.written[p.Name] = statusWrite{over: over, policy: p.DeepCopy()}
-	r.statusWrittenAt[p.Name] = r.clock.Now()
+	r.written[p.Name] = statusWrite{at: r.clock.Now(), over: over, policy: p.DeepCopy()}
 }
 
 // wroteRecently reports whether this process wrote the status of policy
@@ -220,8 +219,8 @@ func (r *RecoveryReconciler) wrote(over string, p *v1alpha1.RecoveryPolicy) {
 func (r *RecoveryReconciler) wroteRecently(policy string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	at, ok := r.statusWrittenAt[policy]
-	if !ok || r.clock.Since(at) >= statusMinInterval {
+	w, ok := r.written[policy]
+	if !ok || r.clock.Since(w.at) >= statusMinInterval {
 		return false
 	}
 	r.statusPending = true

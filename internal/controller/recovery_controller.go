@@ -88,17 +88,16 @@ type RecoveryReconciler struct {
 	opts   RecoveryOptions
 	clock  clock.PassiveClock
 
-	mu              sync.Mutex
-	prevZones       zone.Cluster
-	prevDisruption  rescue.Disruption
-	announced       map[string]bool            // dry-run and stopped actions already logged
-	blocked         map[string]rescue.Decision // pod UID -> NoTarget/Held already reported
-	usage           *usageIndex                // pods' requests per node; nil: read the pods
-	ledger          []rescue.LedgerEntry       // real actions of the last minute
-	ledgerSince     time.Time                  // the first pass: the ledger is whole from then on
-	written         map[string]statusWrite     // policy name -> this process's last status write
-	statusWrittenAt map[string]time.Time       // policy name -> when this process last wrote its status
-	statusPending   bool                       // a pass left a status change for later (statusMinInterval)
+	mu             sync.Mutex
+	prevZones      zone.Cluster
+	prevDisruption rescue.Disruption
+	announced      map[string]bool            // dry-run and stopped actions already logged
+	blocked        map[string]rescue.Decision // pod UID -> NoTarget/Held already reported
+	usage          *usageIndex                // pods' requests per node; nil: read the pods
+	ledger         []rescue.LedgerEntry       // real actions of the last minute
+	ledgerSince    time.Time                  // the first pass: the ledger is whole from then on
+	written        map[string]statusWrite     // policy name -> this process's last status write
+	statusPending  bool                       // a pass left a status change for later (statusMinInterval)
 }
 
 // SetupRecovery registers the recovery controller with the manager.
