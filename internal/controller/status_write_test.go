@@ -144,3 +144,29 @@ func countingPolicyClient(policy *v1alpha1.RecoveryPolicy, patches, lists *int) 
 			},
 		}).Build()
 }
+
+// A policy deleted and created again under its name is another object:
+// this process's last write of the old one is never the base of a write
+// of the new one, even at a resourceVersion the old one had.
+func TestStatusWriteNotOnTopOfAnotherPolicy(t *testing.T) {
+	ctx := context.Background()
+	old := &v1alpha1.RecoveryPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "uid-old", Generation: 1}}
+	var patches, lists int
+	c := countingPolicyClient(old, &patches, &lists)
+	r := newRecoveryReconciler(c, c, RecoveryOptions{})
+	var cached v1alpha1.RecoveryPolicy
+	if err := c.Get(ctx, client.ObjectKeyFromObject(old), &cached); err != nil {
+		t.Fatal(err)
+	}
+	rec := v1alpha1.ActionRecord{Time: metav1.NewTime(time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)), Action: "Delete", Pod: "ns/a", Node: "n", Reason: "test", Result: rescue.ResultSucceeded}
+	if err := r.writeStatus(ctx, cached.DeepCopy(), rescue.PolicyReport{Name: "p", Valid: true}, []v1alpha1.ActionRecord{rec}); err != nil {
+		t.Fatal(err)
+	}
+	// The new policy, as a cache might show it: same name, the version the
+	// write patched over, another UID.
+	fresh := cached.DeepCopy()
+	fresh.UID = "uid-new"
+	if got := r.latest(fresh); got.UID != "uid-new" || got.Status.RescuesTotal != 0 {
+		t.Errorf("latest() of a recreated policy = UID %s with %d rescues, want the cached new one", got.UID, got.Status.RescuesTotal)
+	}
+}

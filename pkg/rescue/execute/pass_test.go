@@ -144,3 +144,40 @@ func TestPassAsksTheVerdictOncePerNode(t *testing.T) {
 		})
 	}
 }
+
+// A node read that fails fails every delete of the pass off that node
+// (none is applied on a read that did not happen), and the next pass reads
+// again: a shared read never outlives its pass.
+func TestPassSharedReadFailureFailsTheNodesDeletes(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}}}
+	objs := []runtime.Object{n}
+	var actions []rescue.Action
+	for i := range 3 {
+		name := fmt.Sprintf("p-%d", i)
+		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: corev1.PodSpec{NodeName: "n"}})
+		actions = append(actions, rescue.Action{Kind: rescue.ActionDelete, Namespace: "ns", Name: name, Pod: name, Node: "n"})
+	}
+	client := fake.NewSimpleClientset(objs...)
+	failing := true
+	client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failing {
+			return true, nil, fmt.Errorf("apiserver unavailable")
+		}
+		return false, nil, nil
+	})
+	base := &Executor{Client: client, Component: "rebound.dev/test", Now: func() time.Time { return t0 }}
+	e := base.Pass()
+	for _, a := range actions {
+		if o := e.Apply(context.Background(), a); o.Result != rescue.ResultFailed || o.Applied() {
+			t.Errorf("%s with the node read failing: %s (%s), want Failed", a.Name, o.Result, o.Detail)
+		}
+	}
+	failing = false
+	e = base.Pass()
+	for _, a := range actions {
+		if o := e.Apply(context.Background(), a); !o.Applied() {
+			t.Errorf("%s in the next pass: %s (%s), want deleted", a.Name, o.Result, o.Detail)
+		}
+	}
+}
