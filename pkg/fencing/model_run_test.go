@@ -16,7 +16,7 @@ const modelLength = 4 * time.Minute
 
 type modelResult struct {
 	scenarios, fenced, resets int
-	violations              []string
+	violations                []string
 }
 
 func (m *modelResult) add(s *sim) {
