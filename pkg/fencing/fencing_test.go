@@ -88,7 +88,7 @@ func TestSanction(t *testing.T) {
 			answers: []answer{{"x", 1 * s}, {"b", 1 * s}, {"c", 2 * s}}, now: 3 * s},
 		{name: "the quorum-th most recent answer sets the end",
 			answers: []answer{{"b", 1 * s}, {"c", 2 * s}, {"d", 3 * s}, {"e", 9 * s}, {"b", 8 * s}},
-			now: 9 * s, until: 19 * s, mayFeed: true, peersHold: true},
+			now:     9 * s, until: 19 * s, mayFeed: true, peersHold: true},
 		{name: "peers no longer hold once their answers are T old",
 			answers: []answer{{"b", 1 * s}, {"c", 2 * s}, {"d", 3 * s}}, now: 17 * s, until: 17 * s},
 	} {
