@@ -37,6 +37,13 @@ type PeeringReport struct {
 	// the gossip read of one agent never overwrite each other.
 	// +optional
 	Gossip *GossipReport `json:"gossip,omitempty"`
+
+	// Fencing is what the agent says of its node's watchdog, and its
+	// answers to the controller's fencing rounds about other nodes;
+	// absent when the agent runs without a watchdog. It is written by its
+	// own field manager. docs/fencing.md has the rules that read it.
+	// +optional
+	Fencing *FencingReport `json:"fencing,omitempty"`
 }
 
 // GossipReport is one agent's first-hand read of the members it watches.
@@ -161,6 +168,87 @@ type PeerSession struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=16
 	BFD string `json:"bfd,omitempty"`
+}
+
+// FencingReport is an agent's fencing state.
+type FencingReport struct {
+	// ObservedAt is when the agent last wrote this report (the agent's
+	// clock; for people, never compared by the rules).
+	// +kubebuilder:validation:Required
+	ObservedAt metav1.Time `json:"observedAt"`
+
+	// Armed: the node's watchdog is armed, and the agent feeds it only
+	// while it is sanctioned. The controller fences only a node whose
+	// report of its current boot says so.
+	Armed bool `json:"armed"`
+
+	// Reason says why the agent is not armed, for people.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Reason string `json:"reason,omitempty"`
+
+	// WatchdogSeconds is W, the watchdog's timeout as the device read it
+	// back.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600
+	// +optional
+	WatchdogSeconds int32 `json:"watchdogSeconds,omitempty"`
+
+	// SanctionSeconds is T, the agent's sanction window.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600
+	// +optional
+	SanctionSeconds int32 `json:"sanctionSeconds,omitempty"`
+
+	// BootID is the node's boot ID as the agent read it.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	BootID string `json:"bootID,omitempty"`
+
+	// Lists are every numbered member list the agent may be counting
+	// against: while it switches, the old and the new.
+	// +kubebuilder:validation:MaxItems=2
+	// +listType=atomic
+	// +optional
+	Lists []MemberList `json:"lists,omitempty"`
+
+	// Testimonies answer the controller's open fencing rounds about other
+	// nodes.
+	// +kubebuilder:validation:MaxItems=5000
+	// +listType=map
+	// +listMapKey=node
+	// +optional
+	Testimonies []FencingTestimony `json:"testimonies,omitempty"`
+}
+
+// MemberList is a numbered list of the nodes whose agents count toward
+// each other's sanction and fencing.
+type MemberList struct {
+	// Number orders the lists; a new list has a higher number.
+	// +kubebuilder:validation:Minimum=1
+	Number int64 `json:"number"`
+	// Members are node names.
+	// +kubebuilder:validation:MaxItems=5000
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=set
+	Members []string `json:"members"`
+}
+
+// FencingTestimony is an agent's answer to a fencing round about a node.
+type FencingTestimony struct {
+	// Node is the node the round is about.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+	// Round is the round's ID, as the controller published it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=300
+	Round string `json:"round"`
+	// SilentForMilliseconds is how long the agent had heard nothing from
+	// the node, in either direction, when it answered: on its own boot
+	// clock, and never more than its own process's uptime.
+	// +kubebuilder:validation:Minimum=0
+	SilentForMilliseconds int64 `json:"silentForMilliseconds"`
 }
 
 // PeeringReportList is a list of PeeringReports.
