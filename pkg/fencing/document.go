@@ -131,3 +131,17 @@ func TestimoniesAbout(node string, reports []v1alpha1.PeeringReport, renewing fu
 	}
 	return out
 }
+
+// NextDocument is the document to publish after prev: the member list is
+// members (sorted, without repeats) under prev's number, or the next
+// number when the members changed; the rounds are rounds.
+func NextDocument(prev Document, members []string, rounds []RoundRequest) Document {
+	m := slices.Clone(members)
+	slices.Sort(m)
+	m = slices.Compact(m)
+	next := Document{List: List{Number: max(prev.List.Number, 1), Members: m}, Rounds: rounds}
+	if prev.List.Number > 0 && !slices.Equal(prev.List.Members, m) {
+		next.List.Number = prev.List.Number + 1
+	}
+	return next
+}

@@ -95,3 +95,18 @@ func TestTestimoniesAbout(t *testing.T) {
 		t.Fatalf("TestimoniesAbout = %+v, want a's alone (x never testifies about itself)", got)
 	}
 }
+
+func TestNextDocument(t *testing.T) {
+	first := fencing.NextDocument(fencing.Document{}, []string{"b", "a", "b"}, nil)
+	if first.List.Number != 1 || strings.Join(first.List.Members, ",") != "a,b" {
+		t.Fatalf("first = %+v", first)
+	}
+	same := fencing.NextDocument(first, []string{"a", "b"}, []fencing.RoundRequest{{Node: "a", Round: "a-1"}})
+	if same.List.Number != 1 || len(same.Rounds) != 1 {
+		t.Fatalf("same members, a round: %+v, want number 1", same)
+	}
+	grown := fencing.NextDocument(same, []string{"a", "b", "c"}, nil)
+	if grown.List.Number != 2 {
+		t.Fatalf("a member added: number %d, want 2", grown.List.Number)
+	}
+}

@@ -29,3 +29,11 @@ func TestDeviceName(t *testing.T) {
 		}
 	}
 }
+
+func TestBootClockMovesForward(t *testing.T) {
+	a := BootClock()
+	b := BootClock()
+	if a <= 0 || b < a {
+		t.Fatalf("BootClock: %s then %s", a, b)
+	}
+}
