@@ -32,7 +32,7 @@ const (
 // FencingMode says what proves that a NotReady node is really off, before a
 // pod with identity or exclusive storage (StatefulSet, ReadWriteOnce volume)
 // may be force-deleted from it.
-// +kubebuilder:validation:Enum=OutOfServiceTaint;Never
+// +kubebuilder:validation:Enum=OutOfServiceTaint;Watchdog;Never
 type FencingMode string
 
 const (
@@ -40,6 +40,10 @@ const (
 	// (non-graceful node shutdown), put there by a person or a fencing agent
 	// once the node is confirmed off.
 	OutOfServiceTaint FencingMode = "OutOfServiceTaint"
+	// Watchdog: as OutOfServiceTaint, and rebound puts the taint on
+	// itself once it has proven that the node's watchdog reset it (the
+	// node's agent runs with a watchdog device; docs/fencing.md).
+	Watchdog FencingMode = "Watchdog"
 	// Never: stateful pods are only reported, never moved.
 	Never FencingMode = "Never"
 )

@@ -54,7 +54,7 @@ var (
 		string(metav1.LabelSelectorOpExists), string(metav1.LabelSelectorOpDoesNotExist),
 	}
 	validActions      = []string{string(DeleteAndReplace), string(ScaleBounce)}
-	validFencingModes = []string{string(OutOfServiceTaint), string(Never)}
+	validFencingModes = []string{string(OutOfServiceTaint), string(Watchdog), string(Never)}
 	validDetections   = []string{string(DetectionNotReady), string(DetectionTwoPlanes)}
 
 	maxMaxUnavailableTime = mustParseDuration(MaxMaxUnavailableTime)

@@ -127,7 +127,7 @@ suspend: true
 	{name: "bad priority class", spec: "critical:\n  priorityClassNames: [-critical]\n",
 		want: []string{"spec.critical.priorityClassNames[0]"}},
 	{name: "unknown fencing mode", spec: kubeSystem + "fencing: {mode: Sometimes}\n",
-		want: []string{`spec.fencing.mode: Unsupported value: "Sometimes": supported values: "OutOfServiceTaint", "Never"`}},
+		want: []string{`spec.fencing.mode: Unsupported value: "Sometimes": supported values: "OutOfServiceTaint", "Watchdog", "Never"`}},
 	{name: "rate over limit", spec: kubeSystem + "limits: {maxActionsPerMinute: 1001}\n",
 		want: []string{"spec.limits.maxActionsPerMinute"}, onlyAPI: []string{"should be less than or equal to 1000"},
 		onlyGo: []string{"spec.limits.maxActionsPerMinute must be between 1 and 1000"}},

@@ -145,3 +145,19 @@ func NextDocument(prev Document, members []string, rounds []RoundRequest) Docume
 	}
 	return next
 }
+
+// The annotations rebound writes on a Node it fences, beside the
+// out-of-service taint.
+const (
+	// AnnotationFencedBoot is the boot ID the taint fences: written with
+	// the taint, it marks the taint as rebound's, and the taint comes off
+	// only once the node runs another boot.
+	AnnotationFencedBoot = "fencing.rebound.dev/fenced-boot-id"
+	// AnnotationVerified names the round whose re-read after the taint
+	// found nothing changed: only then does a rebound taint let pods be
+	// force-deleted.
+	AnnotationVerified = "fencing.rebound.dev/verified"
+	// OutOfServiceValue is the value of the taint rebound puts on
+	// (upstream's documented example).
+	OutOfServiceValue = "nodeshutdown"
+)

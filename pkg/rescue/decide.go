@@ -417,6 +417,9 @@ func (p *planner) decideStateful(i int, pod *corev1.Pod, node *nodeState, rule *
 	switch {
 	case rule.fencing == v1alpha1.Never:
 		p.report(cp, DecisionReportOnly, "%s: the policy's fencing mode is Never; rebound reports only%s", what, alive)
+	case !node.fenced && rule.fencing == v1alpha1.Watchdog:
+		p.report(cp, DecisionWaitingForFencing, "%s: waiting for fencing; rebound puts the %s:NoExecute taint on once it has proven that the node's watchdog reset it (docs/fencing.md), or a person puts it on%s",
+			what, corev1.TaintNodeOutOfService, alive)
 	case !node.fenced:
 		p.report(cp, DecisionWaitingForFencing, "%s: waiting for fencing; add the %s:NoExecute taint once the node is confirmed off%s",
 			what, corev1.TaintNodeOutOfService, alive)

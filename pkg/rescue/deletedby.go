@@ -182,11 +182,4 @@ func disruptionReason(pod *corev1.Pod) string {
 	return ""
 }
 
-func fenced(node *corev1.Node) bool {
-	for i := range node.Spec.Taints {
-		if IsFencingTaint(&node.Spec.Taints[i]) {
-			return true
-		}
-	}
-	return false
-}
+func fenced(node *corev1.Node) bool { return Fenced(node) }

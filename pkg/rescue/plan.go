@@ -79,7 +79,9 @@
 //	  its Deployment at 0 with the annotation          InFlight           none for the pod
 //	Deployment at 0 replicas with the annotation       (any pod)          ScaleRestore, never limited
 //	stranded StatefulSet pod, or RWO/RWOP volume:
-//	  node not fenced                                  WaitingForFencing  none
+//	  node not fenced                                  WaitingForFencing  none (fencing mode Watchdog: Plan.Fencing names the
+//	                                                                      node; rebound's own taint counts once its re-read
+//	                                                                      verified it, rescue.Fenced)
 //	  fenced (out-of-service:NoExecute) but CutOff     Held               none: two signals disagree; a live node may still run
 //	                                                                      the pod, and two copies are worse than a stall
 //	  node fenced (out-of-service:NoExecute)           Act                ForceDelete (grace 0, UID precondition; the executor
@@ -103,6 +105,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"rebound/api/v1alpha1"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/liveness"
 	"rebound/pkg/unreachable"
@@ -250,6 +253,21 @@ type Plan struct {
 	// NextCheck is the earliest time the plan may change without new
 	// input; zero when only new input can change it.
 	NextCheck time.Time
+	// Fencing lists the nodes rebound may fence itself (fencing mode
+	// Watchdog), for the fencing reconciler.
+	Fencing []FencingTarget
+}
+
+// FencingTarget is a node with stateful critical pods under a policy
+// whose fencing mode is Watchdog.
+type FencingTarget struct {
+	Node string
+	// Pods counts those pods.
+	Pods int
+	// Due: at least one of them is stranded, waiting for fencing (its
+	// maxUnavailableTime has run out). The fencing reconciler may start
+	// its wait before, but puts the taint on only when Due.
+	Due bool
 }
 
 // planner holds one PlanFor call's working state.
@@ -545,7 +563,39 @@ func (p *planner) result() Plan {
 		Actions:    p.actions,
 		Warnings:   p.warnings,
 		NextCheck:  p.nextCheck,
+		Fencing:    p.fencingTargets(),
 	}
+}
+
+// fencingTargets lists the nodes whose stateful critical pods are under a
+// policy with fencing mode Watchdog, sorted by name.
+func (p *planner) fencingTargets() []FencingTarget {
+	mode := map[string]v1alpha1.FencingMode{}
+	for _, r := range p.rules {
+		if r.err == nil && !r.suspended && !r.dryRun {
+			mode[r.name] = r.fencing
+		}
+	}
+	byNode := map[string]*FencingTarget{}
+	var out []FencingTarget
+	for i := range p.critical {
+		cp := &p.critical[i]
+		if cp.Workload.Class != ClassStateful || mode[cp.Policy] != v1alpha1.Watchdog || cp.Terminating {
+			continue
+		}
+		t, ok := byNode[cp.Node]
+		if !ok {
+			out = append(out, FencingTarget{Node: cp.Node})
+			t = &out[len(out)-1]
+			byNode[cp.Node] = t
+		}
+		t.Pods++
+		if cp.Decision == DecisionWaitingForFencing {
+			t.Due = true
+		}
+	}
+	slices.SortFunc(out, func(a, b FencingTarget) int { return strings.Compare(a.Node, b.Node) })
+	return out
 }
 
 // examine lists a critical pod on a NotReady node and decides about it.

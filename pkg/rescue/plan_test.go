@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/fencing"
 	"rebound/pkg/zone"
 )
 
@@ -201,6 +202,49 @@ func TestPlanFor(t *testing.T) {
 					t.Errorf("policy report = %+v", r)
 				}
 			},
+		},
+		{
+			name: "S17 fencing mode Watchdog: waiting, and the node is a fencing target",
+			world: func() *world {
+				w := s1(at(time.Minute))
+				w.s.Policies[0].Spec.Fencing.Mode = v1alpha1.Watchdog
+				w.pod("etcd-0", "node-2", "StatefulSet", "etcd")
+				return w
+			},
+			decisions: map[string]Decision{coredns: DecisionAct, "etcd-0": DecisionWaitingForFencing},
+			reasons:   map[string]string{"etcd-0": "proven that the node's watchdog reset it"},
+			actions:   []string{"Delete kube-system/" + coredns},
+			check: func(t *testing.T, p Plan) {
+				if len(p.Fencing) != 1 || p.Fencing[0] != (FencingTarget{Node: "node-2", Pods: 1, Due: true}) {
+					t.Errorf("fencing targets = %+v, want node-2 due (the Deployment's pod is not one)", p.Fencing)
+				}
+			},
+		},
+		{
+			name: "S17 rebound's own taint, before its re-read verified it: still waiting",
+			world: func() *world {
+				w := s1(at(time.Minute))
+				w.s.Policies[0].Spec.Fencing.Mode = v1alpha1.Watchdog
+				w.s.Nodes[2].Spec.Taints = []corev1.Taint{outOfService()}
+				w.s.Nodes[2].Annotations = map[string]string{fencing.AnnotationFencedBoot: "b1"}
+				w.pod("etcd-0", "node-2", "StatefulSet", "etcd")
+				return w
+			},
+			decisions: map[string]Decision{coredns: DecisionAct, "etcd-0": DecisionWaitingForFencing},
+			actions:   []string{"Delete kube-system/" + coredns},
+		},
+		{
+			name: "S17 rebound's own taint, verified: force delete",
+			world: func() *world {
+				w := s1(at(time.Minute))
+				w.s.Policies[0].Spec.Fencing.Mode = v1alpha1.Watchdog
+				w.s.Nodes[2].Spec.Taints = []corev1.Taint{outOfService()}
+				w.s.Nodes[2].Annotations = map[string]string{fencing.AnnotationFencedBoot: "b1", fencing.AnnotationVerified: "node-2-1"}
+				w.pod("etcd-0", "node-2", "StatefulSet", "etcd")
+				return w
+			},
+			decisions: map[string]Decision{coredns: DecisionAct, "etcd-0": DecisionAct},
+			actions:   []string{"Delete kube-system/" + coredns, "ForceDelete kube-system/etcd-0"},
 		},
 		{
 			name: "S5 StatefulSet pod, node fenced with out-of-service: force delete",

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/fencing"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/liveness"
 	"rebound/pkg/unreachable"
@@ -255,11 +256,11 @@ func indexNodes(nodes []*corev1.Node, verdicts map[string]liveness.NodeVerdict, 
 				ns.leaseStaleAt, ns.leaseRenewSeen = v.LeaseStaleAt, v.LeaseRenewSeen
 			}
 		}
+		ns.fenced = Fenced(n)
 		for i := range n.Spec.Taints {
 			t := &n.Spec.Taints[i]
 			switch {
 			case IsFencingTaint(t):
-				ns.fenced = true
 			case t.Effect == corev1.TaintEffectNoExecute &&
 				(t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady):
 				ns.evictionTaints = append(ns.evictionTaints, t)
@@ -309,6 +310,23 @@ func twoPlaneCheck(n *corev1.Node, v liveness.NodeVerdict, leases map[string]tim
 // from the API before a force delete.
 func IsFencingTaint(t *corev1.Taint) bool {
 	return t.Key == corev1.TaintNodeOutOfService && t.Effect == corev1.TaintEffectNoExecute
+}
+
+// Fenced reports whether a node is fenced: it carries the fencing taint,
+// and if rebound put it there (fencing.AnnotationFencedBoot), rebound's
+// re-read after the taint found nothing changed
+// (fencing.AnnotationVerified). A person's taint is proof at once; a
+// rebound taint not verified yet is not.
+func Fenced(n *corev1.Node) bool {
+	tainted := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return IsFencingTaint(&t) })
+	if !tainted {
+		return false
+	}
+	if _, ours := n.Annotations[fencing.AnnotationFencedBoot]; !ours {
+		return true
+	}
+	_, verified := n.Annotations[fencing.AnnotationVerified]
+	return verified
 }
 
 // readyCondition reads a node's Ready condition. A node is NotReady when

@@ -256,12 +256,10 @@ func (e *Executor) nodeStillDown(ctx context.Context, a rescue.Action, force boo
 	if !force {
 		return Outcome{}, true
 	}
-	for i := range n.Spec.Taints {
-		if rescue.IsFencingTaint(&n.Spec.Taints[i]) {
-			return Outcome{}, true
-		}
+	if rescue.Fenced(n) {
+		return Outcome{}, true
 	}
-	return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s, re-read from the API just now, no longer carries %s:NoExecute: not force-deleting",
+	return Outcome{Result: rescue.ResultRefused, Detail: fmt.Sprintf("node %s, re-read from the API just now, is not fenced (no %s:NoExecute, or rebound's own not verified yet): not force-deleting",
 		a.Node, corev1.TaintNodeOutOfService)}, false
 }
 

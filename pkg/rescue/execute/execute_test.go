@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"rebound/pkg/fencing"
 	"rebound/pkg/rescue"
 )
 
@@ -109,6 +110,14 @@ func testNode(ready bool, taints ...corev1.Taint) *corev1.Node {
 	}
 }
 
+func annotated(n *corev1.Node, key, value string) *corev1.Node {
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[key] = value
+	return n
+}
+
 // TestDeleteRereadsNode: the planner saw the node NotReady (for a force
 // delete, also fenced), maybe in a stale cache or in a status restored
 // from a backup; the executor deletes only if the API says so now. A node
@@ -134,8 +143,10 @@ func TestDeleteRereadsNode(t *testing.T) {
 		want   string
 		detail string
 	}{
-		{"force: taint removed since the plan", force, testNode(false), rescue.ResultRefused, "no longer carries"},
-		{"force: out-of-service NoSchedule only", force, testNode(false, outOfServiceNoSchedule), rescue.ResultRefused, "no longer carries"},
+		{"force: taint removed since the plan", force, testNode(false), rescue.ResultRefused, "is not fenced"},
+		{"force: out-of-service NoSchedule only", force, testNode(false, outOfServiceNoSchedule), rescue.ResultRefused, "is not fenced"},
+		{"force: rebound's own taint, not verified by its re-read", force, annotated(testNode(false, fenced), fencing.AnnotationFencedBoot, "b1"), rescue.ResultRefused, "is not fenced"},
+		{"force: rebound's own taint, verified", force, annotated(annotated(testNode(false, fenced), fencing.AnnotationFencedBoot, "b1"), fencing.AnnotationVerified, "node-3-1"), rescue.ResultSucceeded, "force-deleted"},
 		{"force: fenced", force, testNode(false, fenced), rescue.ResultSucceeded, "force-deleted"},
 		{"force: fenced but Ready again", force, testNode(true, fenced), rescue.ResultRefused, "is Ready again"},
 		{"force: node gone", force, nil, rescue.ResultRefused, "gone from the API"},

@@ -51,7 +51,7 @@ func TestTwoPlaneDelete(t *testing.T) {
 		{name: "without a two-plane check a Ready node refuses as ever", taints: []corev1.Taint{*mark}, renew: renewed, verdict: &dead,
 			mutate: func(a *rescue.Action) { a.TwoPlane = nil }, want: rescue.ResultRefused, detail: "is Ready again"},
 		{name: "a force delete still needs fencing", taints: []corev1.Taint{*mark}, renew: renewed, verdict: &dead,
-			mutate: func(a *rescue.Action) { a.Kind = rescue.ActionForceDelete }, want: rescue.ResultRefused, detail: "no longer carries node.kubernetes.io/out-of-service"},
+			mutate: func(a *rescue.Action) { a.Kind = rescue.ActionForceDelete }, want: rescue.ResultRefused, detail: "is not fenced"},
 		{name: "fenced: force-deleted", renew: renewed, verdict: &dead,
 			taints: []corev1.Taint{*mark, {Key: corev1.TaintNodeOutOfService, Effect: corev1.TaintEffectNoExecute}},
 			mutate: func(a *rescue.Action) { a.Kind = rescue.ActionForceDelete }, want: rescue.ResultSucceeded},
