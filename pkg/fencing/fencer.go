@@ -182,6 +182,15 @@ func (f *Fencer) Deleted(id string) {
 	}
 }
 
+// Asking returns the round the Fencer waits for testimonies in: published
+// and not acted on yet. It stays in the document while so.
+func (f *Fencer) Asking() (string, bool) {
+	if f.round != nil && f.round.published && !f.round.tainted {
+		return f.round.id, true
+	}
+	return "", false
+}
+
 // Reset forgets the current round (a replica that loses leadership).
 func (f *Fencer) Reset() { f.round = nil }
 
