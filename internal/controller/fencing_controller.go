@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -375,16 +377,37 @@ func setAnnotation(n *corev1.Node, key, value string) {
 	n.Annotations[key] = value
 }
 
-// changeNode writes a change to the Node read by quorum just now, with its
-// resourceVersion: a Node that changed since is not written over; the
-// next pass reads and decides again.
+// changeNode writes a change to the Node read by quorum just now: its
+// whole taint list and the fencing annotations, as a merge patch that
+// carries the resourceVersion read, so that a Node that changed since is
+// not written over; the next pass reads and decides again.
 func (r *FencingReconciler) changeNode(ctx context.Context, name string, change func(*corev1.Node)) error {
 	n, err := r.api.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
+	before := maps.Clone(n.Annotations)
 	change(n)
-	_, err = r.api.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: "rebound-fencing"})
+	annotations := map[string]*string{}
+	for _, k := range []string{fencing.AnnotationFencedBoot, fencing.AnnotationVerified} {
+		v, now := n.Annotations[k]
+		old, was := before[k]
+		switch {
+		case now && (!was || old != v):
+			annotations[k] = &v
+		case !now && was:
+			annotations[k] = nil
+		}
+	}
+	patch := map[string]any{
+		"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": annotations},
+		"spec":     map[string]any{"taints": n.Spec.Taints},
+	}
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	_, err = r.api.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: "rebound-fencing"})
 	return err
 }
 

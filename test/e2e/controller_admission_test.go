@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"rebound/internal/lab/sandbox"
 	"rebound/internal/lab/scenario"
 	"rebound/internal/testing/chartrender"
+	"rebound/pkg/fencing"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/peering"
 	"rebound/pkg/rescue"
@@ -313,6 +315,108 @@ func TestControllerAdmissionPolicy(t *testing.T) {
 		}
 		if _, err := admin.CoreV1().Nodes().Patch(ctx, "node-2", types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
+		}
+
+		// Watchdog fencing (docs/fencing.md): the out-of-service taint on a
+		// NotReady node only, with the boot it fences; off only on
+		// another boot, Ready.
+		setBoot := func(boot string) {
+			t.Helper()
+			patch := fmt.Sprintf(`{"status":{"nodeInfo":{"bootID":%q}}}`, boot)
+			if _, err := admin.CoreV1().Nodes().Patch(ctx, "node-1", types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The patches carry node-1's whole taint list, as the fencing
+		// reconciler's do: kube-controller-manager's own taints stay.
+		taintsWith := func(extra string) string {
+			t.Helper()
+			n, err := admin.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var parts []string
+			for _, tt := range n.Spec.Taints {
+				if tt.Key == corev1.TaintNodeOutOfService {
+					continue
+				}
+				b, err := json.Marshal(tt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				parts = append(parts, string(b))
+			}
+			if extra != "" {
+				parts = append(parts, extra)
+			}
+			return "[" + strings.Join(parts, ",") + "]"
+		}
+		fence := func(boot string) string {
+			return fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"taints":%s}}`, fencing.AnnotationFencedBoot, boot, taintsWith(outOfServiceTaint))
+		}
+		verify := fmt.Sprintf(`{"metadata":{"annotations":{%q:"node-1-1"}}}`, fencing.AnnotationVerified)
+		unfence := func() string {
+			return fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:null}},"spec":{"taints":%s}}`, fencing.AnnotationFencedBoot, fencing.AnnotationVerified, taintsWith(""))
+		}
+		// Waits until kube-controller-manager's unreachable taints are on
+		// (or off) node-1, so that they do not change under a patch.
+		unreachableTaints := func(on bool) {
+			t.Helper()
+			poll(ctx, t, 2*time.Minute, fmt.Sprintf("node-1's unreachable taints on: %v", on), func() (bool, string) {
+				n, err := admin.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				noExec, noSched := false, false
+				for _, tt := range n.Spec.Taints {
+					if tt.Key == corev1.TaintNodeUnreachable {
+						noExec = noExec || tt.Effect == corev1.TaintEffectNoExecute
+						noSched = noSched || tt.Effect == corev1.TaintEffectNoSchedule
+					}
+				}
+				return noExec == on && noSched == on, fmt.Sprintf("%v", n.Spec.Taints)
+			})
+		}
+		setBoot("boot-a")
+		wantRefused(t, "fence a Ready node", nodesPolicy, patchNode("node-1", fence("boot-a"), metav1.PatchOptions{}))
+		if err := c.StopNode(ctx, "node-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WaitNodeReady(ctx, "node-1", false, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		unreachableTaints(true)
+		for _, r := range []struct{ what, patch string }{
+			{"fence without recording the boot", `{"spec":{"taints":` + taintsWith(outOfServiceTaint) + `}}`},
+			{"fence recording another boot", fence("boot-z")},
+			{"fence with another value", fmt.Sprintf(`{"metadata":{"annotations":{%q:"boot-a"}},"spec":{"taints":%s}}`, fencing.AnnotationFencedBoot,
+				taintsWith(`{"key":"node.kubernetes.io/out-of-service","value":"x","effect":"NoExecute"}`))},
+			{"verify before the taint", verify},
+		} {
+			wantRefused(t, r.what, nodesPolicy, patchNode("node-1", r.patch, metav1.PatchOptions{}))
+		}
+		if err := patchNode("node-1", fence("boot-a"), metav1.PatchOptions{}); err != nil {
+			t.Errorf("fence NotReady node-1 recording its boot: %v, want it allowed", err)
+		}
+		wantRefused(t, "unfence on the same boot", nodesPolicy, patchNode("node-1", unfence(), metav1.PatchOptions{}))
+		if err := patchNode("node-1", verify, metav1.PatchOptions{}); err != nil {
+			t.Errorf("verify node-1's fencing: %v, want it allowed", err)
+		}
+		wantRefused(t, "verify again with another round", nodesPolicy, patchNode("node-1", fmt.Sprintf(`{"metadata":{"annotations":{%q:"node-1-2"}}}`, fencing.AnnotationVerified), metav1.PatchOptions{}))
+		setBoot("boot-b")
+		wantRefused(t, "unfence on a new boot, not Ready yet", nodesPolicy, patchNode("node-1", unfence(), metav1.PatchOptions{}))
+		if err := c.StartNode(ctx, "node-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WaitNodeReady(ctx, "node-1", true, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		unreachableTaints(false)
+		if err := patchNode("node-1", unfence(), metav1.PatchOptions{}); err != nil {
+			t.Errorf("unfence node-1, Ready on a new boot: %v, want it allowed", err)
+		}
+		if n1, err := admin.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{}); err != nil || hasTaint(n1, "node.kubernetes.io/out-of-service") || len(n1.Annotations[fencing.AnnotationFencedBoot]) > 0 {
+			t.Errorf("node-1 after unfencing: %v %v", n1, err)
 		}
 	})
 
