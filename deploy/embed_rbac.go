@@ -11,7 +11,8 @@ var ControllerRBAC []byte
 
 // DetectionRBAC is what `rebound controller --lease-plane` reads: the Role
 // rebound-node-leases (in kube-node-lease) and the ClusterRole
-// rebound-controller-detection, without bindings.
+// rebound-controller-detection, and what its fencing writes: the Role
+// rebound-fencing-document (in rebound-system), without bindings.
 //
 //go:embed rbac/controller_detection.yaml
 var DetectionRBAC []byte

@@ -255,7 +255,10 @@ func (r *FencingReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 			delete(r.fencers, name)
 		}
 	}
-	if err := r.publish(ctx, members, rounds); err != nil {
+	if len(members) == 0 && len(rounds) == 0 && r.doc.List.Number == 0 {
+		// No agent runs with a watchdog: nothing to publish, and no
+		// ConfigMap written in a cluster that does not fence.
+	} else if err := r.publish(ctx, members, rounds); err != nil {
 		log.Error(err, "fencing: publish the document")
 		wake(mono + time.Second)
 	} else {

@@ -107,6 +107,15 @@ func (f *fencingFixture) node(t *testing.T, name string) *corev1.Node {
 	return n
 }
 
+// setNode writes n as the world (kubelet, a person) would, through the
+// tracker, so that the recorded calls are the reconciler's alone.
+func (f *fencingFixture) setNode(t *testing.T, n *corev1.Node) {
+	t.Helper()
+	if err := f.api.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), n, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f *fencingFixture) document(t *testing.T) fencing.Document {
 	t.Helper()
 	cm, err := f.api.CoreV1().ConfigMaps("rebound-system").Get(context.Background(), DefaultFencingDocument, metav1.GetOptions{})
@@ -142,7 +151,12 @@ func hasOutOfService(n *corev1.Node) bool { return outOfServiceTaint(n) != nil }
 // members, taints on a strict majority's testimony, verifies on a re-read,
 // and takes the taint off only once node-3 is back on a new boot.
 func TestFencingTaintsVerifiesAndUntaints(t *testing.T) {
-	f := newFencingFixture(t, true)
+	walkFencingIncident(t, newFencingFixture(t, true))
+}
+
+// walkFencingIncident plays one incident through f and checks each step.
+func walkFencingIncident(t *testing.T, f *fencingFixture) {
+	t.Helper()
 	res := f.pass(t)
 	if hasOutOfService(f.node(t, "node-3")) {
 		t.Fatal("tainted before the wait")
@@ -184,9 +198,7 @@ func TestFencingTaintsVerifiesAndUntaints(t *testing.T) {
 	f.verdict["node-3"] = liveness.NodeVerdict{Verdict: liveness.Alive, LeaseRenewSeen: now}
 	n = f.node(t, "node-3")
 	n.Status.Conditions[0].Status = corev1.ConditionTrue
-	if _, err := f.api.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f.setNode(t, n)
 	f.pass(t)
 	if !hasOutOfService(f.node(t, "node-3")) {
 		t.Fatal("the taint came off on the same boot")
@@ -194,14 +206,14 @@ func TestFencingTaintsVerifiesAndUntaints(t *testing.T) {
 	// A new boot, but an old pod remains.
 	n = f.node(t, "node-3")
 	n.Status.NodeInfo.BootID = "node-3-b2"
-	if _, err := f.api.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f.setNode(t, n)
 	f.pass(t)
 	if !hasOutOfService(f.node(t, "node-3")) {
 		t.Fatal("the taint came off while an old pod remains")
 	}
-	if err := f.api.CoreV1().Pods("db").Delete(context.Background(), "db-0", metav1.DeleteOptions{}); err != nil {
+	// The world's changes go through the tracker, so that the recorded
+	// calls are the reconciler's alone.
+	if err := f.api.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "db", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.pass(t)
@@ -210,8 +222,11 @@ func TestFencingTaintsVerifiesAndUntaints(t *testing.T) {
 		t.Fatalf("back on a new boot, Ready, no old pod: taints %v annotations %v", n.Spec.Taints, n.Annotations)
 	}
 	var reasons []string
-	evs, _ := f.api.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
-	for _, e := range evs.Items {
+	obj, err := f.api.Tracker().List(corev1.SchemeGroupVersion.WithResource("events"), corev1.SchemeGroupVersion.WithKind("Event"), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range obj.(*corev1.EventList).Items {
 		reasons = append(reasons, e.Reason)
 	}
 	if got := strings.Join(reasons, ","); !strings.Contains(got, reasonFencingTainted) || !strings.Contains(got, reasonFencingVerified) || !strings.Contains(got, reasonFencingUntainted) {

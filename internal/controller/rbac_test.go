@@ -130,6 +130,11 @@ func (r *recorder) apiCalls(api *kfake.Clientset) {
 		if n, ok := a.(interface{ GetName() string }); ok {
 			name = n.GetName()
 		}
+		if o, ok := a.(interface{ GetObject() runtime.Object }); ok && name == "" {
+			if m, err := meta.Accessor(o.GetObject()); err == nil {
+				name = m.GetName()
+			}
+		}
 		resource := res.Resource
 		if a.GetSubresource() != "" {
 			resource += "/" + a.GetSubresource()
@@ -160,6 +165,11 @@ func TestRBACMatchesCalls(t *testing.T) {
 	u := newUnreachableFixture(t, rec, unreachableWorld(), UnreachableOptions{Plan: unreachable.Options{MarkPodsNotReady: true}})
 	u.pass(t)
 	rec.apiCalls(u.api)
+	// The fencing reconciler, through one incident: the document, the
+	// taint, its verification and its removal.
+	fz := newFencingFixture(t, true)
+	walkFencingIncident(t, fz)
+	rec.apiCalls(fz.api)
 
 	s := Scheme()
 	for _, obj := range watchedObjects() {
@@ -171,10 +181,12 @@ func TestRBACMatchesCalls(t *testing.T) {
 	// Split: the stop switch and leader election live in the controller's
 	// namespace (the Role), the rest cluster-wide (the ClusterRole).
 	// The nodes' Leases live in kube-node-lease: the detection roles'.
-	cluster, namespaced, nodeLeases := sets.New[string](), sets.New[string](leaderElectionCalls...), sets.New[string]()
+	cluster, namespaced, nodeLeases, fencingDoc := sets.New[string](), sets.New[string](leaderElectionCalls...), sets.New[string](), sets.New[string]()
 	var stopSwitchNames []string
 	for c := range rec.calls {
 		switch {
+		case c.perm == "/configmaps:create" || strings.HasPrefix(c.perm, "/configmaps:") && c.name == DefaultFencingDocument:
+			fencingDoc.Insert(c.perm)
 		case strings.HasPrefix(c.perm, "/configmaps:"):
 			namespaced.Insert(c.perm)
 			stopSwitchNames = append(stopSwitchNames, c.name)
@@ -199,6 +211,10 @@ func TestRBACMatchesCalls(t *testing.T) {
 	if got := detectionPermissions(t)["Role/kube-node-lease"]; !got.Equal(nodeLeases) {
 		t.Errorf("Role rebound-node-leases differs from the calls on the nodes' Leases:\n  granted, never called: %v\n  called, not granted: %v",
 			sorted(got.Difference(nodeLeases)), sorted(nodeLeases.Difference(got)))
+	}
+	if got := detectionPermissions(t)["Role/rebound-system"]; !got.Equal(fencingDoc) {
+		t.Errorf("Role rebound-fencing-document differs from the calls on the fencing document:\n  granted, never called: %v\n  called, not granted: %v",
+			sorted(got.Difference(fencingDoc)), sorted(fencingDoc.Difference(got)))
 	}
 	for _, rule := range role.Rules {
 		if slices.Contains(rule.Resources, "configmaps") {
@@ -272,7 +288,8 @@ func loadControllerRBAC(t *testing.T) (*rbacv1.ClusterRole, *rbacv1.Role) {
 // grants exactly list and watch of what --lease-plane reads: the Leases of
 // kube-node-lease (a Role there, not cluster-wide) and the PeeringReports;
 // and get of a Lease, the executor's re-read before a delete a two-plane
-// verdict decided (TestRBACMatchesCalls records it).
+// verdict decided (TestRBACMatchesCalls records it); and the fencing
+// document in rebound-system.
 func TestDetectionRBACMatchesWatches(t *testing.T) {
 	s := Scheme()
 	rec := &recorder{calls: map[apiCall]bool{}}
@@ -282,6 +299,9 @@ func TestDetectionRBACMatchesWatches(t *testing.T) {
 		want[scope].Insert(perm(g, res, "list"), perm(g, res, "watch"))
 	}
 	want["Role/kube-node-lease"].Insert(perm("coordination.k8s.io", "leases", "get"))
+	// The fencing document (the member list and open rounds) the fencing
+	// reconciler publishes; TestRBACMatchesCalls checks it call by call.
+	want["Role/rebound-system"] = sets.New("/configmaps:create", "/configmaps:get", "/configmaps:update")
 	got := detectionPermissions(t)
 	for scope, w := range want {
 		if g := got[scope]; !g.Equal(w) {

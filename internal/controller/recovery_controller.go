@@ -28,6 +28,9 @@ import (
 
 // RecoveryOptions configure the recovery controller.
 type RecoveryOptions struct {
+	// FencingTargets, when set, receives every plan's Plan.Fencing: the
+	// nodes the fencing reconciler may fence.
+	FencingTargets *FencingTargets
 	// ZoneConfig mirrors kube-controller-manager's node lifecycle flags;
 	// rebound must know them to predict upstream eviction.
 	ZoneConfig zone.Config
@@ -201,6 +204,9 @@ func (r *RecoveryReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 		return afterError(log, ctrl.Result{}, fmt.Errorf("snapshot: %w", err))
 	}
 	plan := rescue.PlanFor(snap)
+	if r.opts.FencingTargets != nil {
+		r.opts.FencingTargets.Set(plan.Fencing)
+	}
 	planSeconds.Observe(r.clock.Since(start).Seconds())
 	r.mu.Lock()
 	r.prevZones = plan.Zones

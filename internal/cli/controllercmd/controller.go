@@ -186,8 +186,25 @@ upstream eviction.`,
 				if leasePlane {
 					recOpts.LeaseRenewTimes = controller.CachedLeaseRenewTimes(mgr.GetClient())
 				}
+				var targets *controller.FencingTargets
+				if leasePlane {
+					// Watchdog fencing needs the two planes' verdict.
+					targets = controller.NewFencingTargets()
+					recOpts.FencingTargets = targets
+				}
 				if err := controller.SetupRecovery(mgr, recOpts); err != nil {
 					return err
+				}
+				if targets != nil {
+					if err := controller.SetupFencing(mgr, controller.FencingOptions{
+						Liveness:   verdicts,
+						Targets:    targets,
+						Document:   types.NamespacedName{Namespace: namespace, Name: controller.DefaultFencingDocument},
+						DryRun:     recOpts.DryRun,
+						StopSwitch: recOpts.StopSwitch,
+					}); err != nil {
+						return err
+					}
 				}
 			}
 			// Always, whatever the flags: without the Lease plane it only

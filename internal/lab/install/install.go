@@ -56,7 +56,17 @@ func DetectionFor(ctx context.Context, cl client.Client, owner, user string) err
 	if _, err := Apply(ctx, cl, ApplyOptions{FieldManager: owner}, deploy.PeeringReportCRD, deploy.DetectionRBAC); err != nil {
 		return err
 	}
-	return bindToUser(ctx, cl, owner+"-detection-user", user, "rebound-controller-detection", "kube-node-lease", "rebound-node-leases")
+	if err := bindToUser(ctx, cl, owner+"-detection-user", user, "rebound-controller-detection", "kube-node-lease", "rebound-node-leases"); err != nil {
+		return err
+	}
+	// The fencing document's Role, in the controller's namespace.
+	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+	b := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: owner + "-fencing-user", Namespace: "rebound-system"}, Subjects: subject,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "rebound-fencing-document"}}
+	if err := cl.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("bind rebound-system/rebound-fencing-document to %s: %w", user, err)
+	}
+	return nil
 }
 
 // bindToUser binds clusterRole, and role in namespace, to user under the
