@@ -330,8 +330,9 @@ func TestHelmChartGossip(t *testing.T) {
 		for _, p := range rule.Ports {
 			ports = append(ports, string(*p.Protocol)+"/"+p.Port.String())
 		}
-		if !slices.Equal(ports, []string{"TCP/7950", "UDP/7950"}) {
-			t.Errorf("NetworkPolicy admits %v, want TCP/7950 and UDP/7950 only", ports)
+		// The gossip port, and the fencing probes' (agent --fencing-port).
+		if !slices.Equal(ports, []string{"TCP/7950", "UDP/7950", "UDP/7947"}) {
+			t.Errorf("NetworkPolicy admits %v, want TCP/7950, UDP/7950 and the fencing probes' UDP/7947 only", ports)
 		}
 	})
 

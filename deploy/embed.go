@@ -57,4 +57,8 @@ var (
 	GossipRBAC []byte
 	//go:embed gossip/admission.yaml
 	GossipAdmission []byte
+	// FencingRBAC is what watchdog self-fencing adds to a gossip
+	// member's credential (deploy/fencing), all reads.
+	//go:embed fencing/rbac.yaml
+	FencingRBAC []byte
 )

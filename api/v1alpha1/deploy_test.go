@@ -176,10 +176,11 @@ func TestDeployManifests(t *testing.T) {
 		case *rbacv1.Role, *rbacv1.RoleBinding:
 			// The exceptions: reading the nodes' Leases is granted where
 			// they are, not cluster-wide (the controller's Lease plane; a
-			// gossip member's own node's Lease); reading the gossip
+			// gossip member's own node's Lease, and its quorum GET when
+			// it fences); reading the gossip
 			// members' EndpointSlices, where they are (their address
 			// book).
-			leases := meta.GetNamespace() == corev1.NamespaceNodeLease && (meta.GetName() == "rebound-node-leases" || meta.GetName() == "rebound-gossip-node-lease")
+			leases := meta.GetNamespace() == corev1.NamespaceNodeLease && (meta.GetName() == "rebound-node-leases" || meta.GetName() == "rebound-gossip-node-lease" || meta.GetName() == "rebound-gossip-fencing-lease")
 			endpoints := meta.GetNamespace() == namespaceOf(m.file) && meta.GetName() == "rebound-gossip-endpoints"
 			if meta.GetNamespace() != systemNamespace && !leases && !endpoints {
 				t.Errorf("%s: %s must be in namespace %s", m.file, key, systemNamespace)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"rebound/internal/agent/feeder"
 	"rebound/internal/agent/gossip"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
@@ -68,6 +69,7 @@ type Agent struct {
 	doc     *peering.PeerSet // the document peers came from
 	status  *sessionView     // last read of BIRD
 	gossip  *gossip.Member   // once started
+	feeder  *feeder.Feeder   // once started, when it fences
 	running bool
 	beat    time.Time // last loop activity
 }
@@ -210,9 +212,16 @@ func (a *Agent) runGossipOnly(ctx context.Context) error {
 			return err
 		}
 	}
-	m, err := a.newGossip(ctx, addr)
+	m, book, err := a.newGossip(ctx, addr)
 	if err != nil {
 		return err
+	}
+	if a.opts.fencingOn() {
+		stopFencing, err := a.startFencing(ctx, addr, book)
+		if err != nil {
+			return err
+		}
+		defer stopFencing()
 	}
 	defer a.startUntaint(ctx)()
 	a.setRunning()
@@ -227,28 +236,35 @@ func (a *Agent) startGossip(ctx context.Context, addr netip.Addr) (stop func(), 
 		addr = a.opts.Gossip.BindAddress
 	}
 	gctx, cancel := context.WithCancel(ctx)
-	m, err := a.newGossip(gctx, addr)
+	m, book, err := a.newGossip(gctx, addr)
 	if err != nil {
 		cancel()
 		return nil, err
+	}
+	stopFencing := func() {}
+	if a.opts.fencingOn() {
+		if stopFencing, err = a.startFencing(gctx, addr, book); err != nil {
+			cancel()
+			return nil, err
+		}
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_ = m.Run(gctx)
 	}()
-	return func() { cancel(); <-done }, nil
+	return func() { stopFencing(); cancel(); <-done }, nil
 }
 
 // newGossip reads the address book from the API (its informers run until
 // ctx ends) and, once it has listed, creates the member: before that the
 // book knows nobody, and the member would refuse every other.
-func (a *Agent) newGossip(ctx context.Context, addr netip.Addr) (*gossip.Member, error) {
+func (a *Agent) newGossip(ctx context.Context, addr netip.Addr) (*gossip.Member, *APIBook, error) {
 	g := a.opts.Gossip
 	book := NewAPIBook(a.opts.Client, g.Namespace, g.Service, g.Port, a.log)
 	a.log.Info("gossip: reading the members' addresses from the API", "service", g.Service, "namespace", g.Namespace)
 	if err := book.Start(ctx); err != nil {
-		return nil, fmt.Errorf("rebound agent: %w (the agent lists Nodes and the EndpointSlices of --gossip-service %s in --gossip-namespace %s)", err, g.Service, g.Namespace)
+		return nil, nil, fmt.Errorf("rebound agent: %w (the agent lists Nodes and the EndpointSlices of --gossip-service %s in --gossip-namespace %s)", err, g.Service, g.Namespace)
 	}
 	if _, ok := book.Member(a.opts.NodeName); !ok {
 		a.log.Warn("gossip: the API lists no member on this node yet; the others refuse this member until it does", "service", g.Service, "namespace", g.Namespace)
@@ -258,16 +274,16 @@ func (a *Agent) newGossip(ctx context.Context, addr netip.Addr) (*gossip.Member,
 		err = leases.Start(ctx)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("rebound agent: %w (the agent lists and watches the Leases in %s to witness the nodes whose Lease goes stale)", err, NodeLeaseNamespace)
+		return nil, nil, fmt.Errorf("rebound agent: %w (the agent lists and watches the Leases in %s to witness the nodes whose Lease goes stale)", err, NodeLeaseNamespace)
 	}
 	m, err := gossip.New(a.opts.gossipConfig(addr, a.gossipKeys, book, leases))
 	if err != nil {
-		return nil, fmt.Errorf("rebound agent: %w", err)
+		return nil, nil, fmt.Errorf("rebound agent: %w", err)
 	}
 	a.mu.Lock()
 	a.gossip = m
 	a.mu.Unlock()
-	return m, nil
+	return m, book, nil
 }
 
 // Gossip is the agent's gossip member, nil until it started (and without

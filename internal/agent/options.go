@@ -146,6 +146,10 @@ type Options struct {
 	// gossip) when Gossip.KeyFile is set; beside BIRD, or alone with
 	// GossipOnly.
 	Gossip GossipOptions
+	// Fencing makes the agent arm its node's watchdog and feed it only
+	// while sanctioned (fencing.go, docs/fencing.md); beside the gossip,
+	// whose keys and address book it uses.
+	Fencing FencingOptions
 	// GossipOnly runs only the gossip member and its writer
 	// (--gossip-only): no BIRD, no peer set; the BIRD options are ignored.
 	GossipOnly bool
@@ -287,6 +291,9 @@ func (o Options) validateGossip() error {
 
 // WithDefaults fills zero fields that have defaults.
 func (o Options) WithDefaults() Options {
+	if o.fencingOn() {
+		o.Fencing = o.Fencing.withDefaults()
+	}
 	if o.Version == "" {
 		o.Version = bird.Bird16
 	}
@@ -355,15 +362,21 @@ func (o Options) Validate() error {
 	if o.Client == nil {
 		err = errors.Join(err, errors.New("no Kubernetes client (--kubeconfig, or run in a pod)"))
 	}
+	if o.fencingOn() && (o.Fencing.Leases == nil || o.Fencing.Reports == nil) {
+		err = errors.Join(err, errors.New("fencing needs the API: no Lease reader or report writer"))
+	}
 	return err
 }
 
 // ValidateFlags checks everything but the client: the command line checks
 // it before it connects anywhere.
 func (o Options) ValidateFlags() error {
-	gossipErr := o.validateGossip()
+	gossipErr := errors.Join(o.validateGossip(), o.validateFencing())
 	switch {
 	case o.RejoinOnly:
+		if o.fencingOn() {
+			gossipErr = errors.Join(gossipErr, errors.New("--watchdog-device: not with --rejoin-only, which runs no gossip"))
+		}
 		return errors.Join(o.validateRejoinOnly(), gossipErr)
 	case o.GossipOnly:
 		// Only the gossip runs: the BIRD flags are not read.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/yaml"
 
+	"rebound/api/v1alpha1"
+	"rebound/internal/agent/feeder"
 	"rebound/internal/agent/gossip"
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
@@ -186,5 +189,61 @@ func TestGossipRBACMatchesCalls(t *testing.T) {
 	if !used.Equal(granted) {
 		t.Errorf("deploy/gossip/rbac.yaml does not match a gossip member's calls:\n  granted, never called: %v\n  called, not granted: %v",
 			sets.List(granted.Difference(used)), sets.List(used.Difference(granted)))
+	}
+}
+
+// TestFencingRBACMatchesCalls: deploy/fencing/rbac.yaml grants exactly the
+// reads the fencing loop adds to a gossip member's calls (its Lease by
+// quorum GET, its report read back, the one fencing document), and its
+// write, the apply of its report's fencing field, is the gossip members'
+// existing grant.
+func TestFencingRBACMatchesCalls(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := fake.NewClientset(nodeLease("node-a", agentT0))
+	dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+	dyn.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, nil })
+	if _, err := (feeder.APILeases{Client: cs, Node: "node-a"}).ReadLease(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reports := feeder.APIReports{Client: dyn, Node: "node-a"}
+	if err := reports.WriteFencing(ctx, v1alpha1.FencingReport{}); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = reports.ReadFencing(ctx)
+	a := &Agent{opts: Options{Client: cs, Fencing: FencingOptions{}.withDefaults()}}
+	doc := a.watchFencingDocument(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.ContainsFunc(cs.Actions(), func(act k8stesting.Action) bool {
+		return act.GetVerb() == "watch" && act.GetResource().Resource == "configmaps"
+	}) {
+		if time.Now().After(deadline) {
+			t.Fatal("the fencing document was never watched")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, ok := doc(); ok {
+		t.Fatal("a document read where none is published")
+	}
+
+	used := sets.New[string]()
+	for _, act := range append(cs.Actions(), dyn.Actions()...) {
+		res := act.GetResource()
+		key := func(v string) string { return res.Group + "/" + res.Resource + ":" + v + "@" + act.GetNamespace() }
+		used.Insert(key(act.GetVerb()))
+		if p, ok := act.(k8stesting.PatchAction); ok && p.GetPatchType() == "application/apply-patch+yaml" {
+			used.Insert(key("create"))
+		}
+	}
+	fencingGrants := rbacGrants(t, filepath.Join("..", "..", "deploy", "fencing", "rbac.yaml"), func(r rbacv1.PolicyRule) bool {
+		return (slicesEqual(r.Resources, []string{"leases"}) && slicesEqual(r.Verbs, []string{"get"})) ||
+			(slicesEqual(r.ResourceNames, []string{DefaultFencingDocumentName}) && slicesEqual(r.Verbs, []string{"list", "watch"}))
+	})
+	gossipGrants := rbacGrants(t, filepath.Join("..", "..", "deploy", "gossip", "rbac.yaml"), func(rbacv1.PolicyRule) bool { return true })
+	if missing := used.Difference(fencingGrants.Union(gossipGrants)); missing.Len() > 0 {
+		t.Errorf("the fencing loop calls what no grant allows: %v", sets.List(missing))
+	}
+	if unused := fencingGrants.Difference(used); unused.Len() > 0 {
+		t.Errorf("deploy/fencing/rbac.yaml grants what the fencing loop never calls: %v", sets.List(unused))
 	}
 }

@@ -75,6 +75,9 @@ func (w APIReports) ReadFencing(ctx context.Context) (*v1alpha1.FencingReport, e
 	if err != nil {
 		return nil, fmt.Errorf("read back PeeringReport %s: %w", w.Node, err)
 	}
+	if u == nil {
+		return nil, fmt.Errorf("read back PeeringReport %s: the API returned no object", w.Node)
+	}
 	data, err := json.Marshal(u.Object)
 	if err != nil {
 		return nil, err

@@ -22,10 +22,12 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"rebound/internal/agent"
+	"rebound/internal/agent/feeder"
 	"rebound/internal/agent/gossip"
 	"rebound/internal/cli"
 	"rebound/internal/logging"
 	"rebound/internal/metricsserving"
+	"rebound/pkg/fencing"
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/bird"
@@ -46,6 +48,7 @@ func NewCommand() *cobra.Command {
 		metrics    metricsserving.Config
 		peerSet    string
 		gossipBind string
+		fencingDoc string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -142,6 +145,18 @@ make that one change to its own Node and nothing else (deploy/gossip: RBAC and
 a ValidatingAdmissionPolicy on the node name bound into its token).
 --untaint-after=0 turns it off.
 
+Watchdog self-fencing (--watchdog-device, beside the gossip; docs/fencing.md):
+the agent opens the node's watchdog, checks that it can fence (magic close,
+the timeout read back, a reset or panic), reports itself armed in its
+PeeringReport, and feeds the watchdog only while sanctioned: while it sees its
+node's Lease renewed by quorum reads, or a strict majority of the published
+member list answers its own signed probes (--fencing-port, UDP) within
+--sanction-window. A node cut off from both resets within T + 2W, which is what
+lets the controller, under a policy with fencing.mode Watchdog, put
+node.kubernetes.io/out-of-service on it itself. SIGTERM disarms the watchdog
+while sanctioned, once a disarmed report reads back; any other stop (SIGKILL,
+a crash, a SIGTERM while cut off) leaves it armed, and the node resets.
+
 Probes on --health-addr (plain HTTP, for the kubelet; :9810 by default, :9813
 with --gossip-only, :9812 with --rejoin-only, so that agents sharing a host's
 network never collide):
@@ -232,6 +247,15 @@ the error names the flag to change.`,
 				return fmt.Errorf("--peer-set %q: want NAMESPACE/NAME, e.g. %s/%s", peerSet, peering.DefaultPeerSetNamespace, peering.DefaultPeerSetName)
 			}
 			opts.PeerSet = types.NamespacedName{Namespace: ns, Name: name}
+			if opts.Fencing.Device != "" {
+				ns, name, ok := strings.Cut(fencingDoc, "/")
+				if !ok || ns == "" || name == "" {
+					return fmt.Errorf("--fencing-document %q: want NAMESPACE/NAME, e.g. %s/%s", fencingDoc, peering.DefaultPeerSetNamespace, agent.DefaultFencingDocumentName)
+				}
+				opts.Fencing.Document = types.NamespacedName{Namespace: ns, Name: name}
+				opts.Fencing.Leases = feeder.APILeases{Client: opts.Client, Node: opts.NodeName}
+				opts.Fencing.Reports = feeder.APIReports{Client: dyn, Node: opts.NodeName}
+			}
 			a, err := agent.New(opts)
 			if err != nil {
 				return err
@@ -286,6 +310,12 @@ the error names the flag to change.`,
 	f.DurationVar(&opts.Gossip.ProbeInterval, "gossip-probe-interval", gossip.DefaultProbeInterval, "how often each member probes another; a probe times out in half of it. A dead member is voted dead 7 to 12 intervals after its death (3.5 to 6 s at 500ms, measured with 5 to 200 members); raise it only where round trips between nodes approach 100 ms")
 	f.DurationVar(&opts.Gossip.LeaseMargin, "lease-margin", liveness.DefaultLeaseMargin, "with gossip: how long past its renew interval (a quarter of its duration) a node's Lease may go unrenewed, on this agent's clock, before the node counts as lost; while this node's own Lease renews, the agent then may witness it: probe it at the API's addresses and report what it found within seconds. The controller's --lease-margin (chart value gossip.leaseMargin sets both)")
 	f.DurationVar(&opts.UntaintAfter, "untaint-after", agent.DefaultUntaintAfter, "with gossip: take rebound's taint "+unreachable.TaintKey+" off this node when it is still there this long after the node's Lease was seen renewing (no controller took it off); 0 turns it off")
+	f.StringVar(&opts.Fencing.Device, "watchdog-device", "", "enable watchdog self-fencing (docs/fencing.md; needs --gossip-key-file): arm this watchdog device, e.g. /dev/watchdog0, and feed it only while sanctioned (this node's Lease seen renewed by quorum reads, or a strict majority of the member list answering this agent's own probes within --sanction-window). The device must support the magic close, keep the timeout set, and reset or panic (softdog: not soft_noboot; hardlockup_panic=1). A policy with fencing.mode Watchdog then lets the controller fence this node itself. An agent killed without a graceful stop resets its node")
+	f.DurationVar(&opts.Fencing.Timing.Watchdog, "watchdog-timeout", fencing.DefaultWatchdogTimeout, "W: the watchdog's timeout, whole seconds; the node resets at most this long after its last keepalive")
+	f.DurationVar(&opts.Fencing.Timing.Sanction, "sanction-window", fencing.DefaultSanctionWindow, "T: how long one proof of being wanted lets the agent feed; at least the kubelet's 10s renew interval plus two Lease polls of 2s (validated). The controller fences a dead node no sooner than T + 2W + 3s after its own read of the node's Lease")
+	f.IntVar(&opts.Fencing.Port, "fencing-port", agent.DefaultFencingPort, "UDP port of the agents' signed fencing probes, the same on every agent, on the gossip address")
+	f.StringVar(&opts.Fencing.StatePath, "fencing-state", agent.DefaultFencingState, "file on the host that keeps the member list this agent counts against, so that an agent restarted during an API outage still counts (mount a hostPath)")
+	f.StringVar(&fencingDoc, "fencing-document", peering.DefaultPeerSetNamespace+"/"+agent.DefaultFencingDocumentName, "NAMESPACE/NAME of the ConfigMap the controller publishes the fencing member list and rounds in")
 	f.BoolVar(&opts.GossipOnly, "gossip-only", false, "no BIRD: run only the gossip member and its writer (needs --gossip-key-file); the BIRD flags are ignored")
 	f.StringVar(&healthAddr, "health-addr", agent.DefaultHealthAddr, "address of /readyz and /healthz (plain HTTP, for the kubelet); empty disables them. "+
 		"The default depends on the mode, so that the agents that may share a host's network never collide: "+agent.DefaultHealthAddr+", "+
