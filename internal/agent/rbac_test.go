@@ -63,16 +63,7 @@ func TestAgentRBACMatchesCalls(t *testing.T) {
 
 	// The calls, as "group/resource:verb@namespace" (namespace "" for
 	// cluster-wide).
-	used := sets.New[string]()
-	for _, act := range append(cs.Actions(), dyn.Actions()...) {
-		res := act.GetResource()
-		verb := act.GetVerb()
-		key := func(v string) string { return res.Group + "/" + res.Resource + ":" + v + "@" + act.GetNamespace() }
-		used.Insert(key(verb))
-		if p, ok := act.(k8stesting.PatchAction); ok && p.GetPatchType() == "application/apply-patch+yaml" {
-			used.Insert(key("create"))
-		}
-	}
+	used := permissionsOf(append(cs.Actions(), dyn.Actions()...))
 
 	granted := rbacGrants(t, filepath.Join("..", "..", "deploy", "agent", "rbac.yaml"), func(r rbacv1.PolicyRule) bool {
 		return slicesEqual(r.ResourceNames, []string{peering.DefaultPeerSetName})
@@ -86,6 +77,22 @@ func TestAgentRBACMatchesCalls(t *testing.T) {
 // rbacGrants reads an RBAC file: the ClusterRole's rules cluster-wide,
 // the Role's in its namespace, in the same form as the calls. roleRule
 // says whether a Role's rule is narrow enough.
+// permissionsOf names the permissions calls need, as
+// "group/resource:verb@namespace" (namespace "" for cluster-wide). An
+// apply patch creates a missing object, so it needs create as well.
+func permissionsOf(calls []k8stesting.Action) sets.Set[string] {
+	used := sets.New[string]()
+	for _, act := range calls {
+		res := act.GetResource()
+		key := func(v string) string { return res.Group + "/" + res.Resource + ":" + v + "@" + act.GetNamespace() }
+		used.Insert(key(act.GetVerb()))
+		if p, ok := act.(k8stesting.PatchAction); ok && p.GetPatchType() == "application/apply-patch+yaml" {
+			used.Insert(key("create"))
+		}
+	}
+	return used
+}
+
 func rbacGrants(t *testing.T, path string, roleRule func(rbacv1.PolicyRule) bool) sets.Set[string] {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -168,19 +175,11 @@ func TestGossipRBACMatchesCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	used := sets.New[string]()
 	var calls []k8stesting.Action
 	for _, c := range [][]k8stesting.Action{h.cs.Actions(), dyn.Actions(), bookAPI.Actions(), leaseAPI.Actions()} {
 		calls = append(calls, c...)
 	}
-	for _, act := range calls {
-		res := act.GetResource()
-		key := func(v string) string { return res.Group + "/" + res.Resource + ":" + v + "@" + act.GetNamespace() }
-		used.Insert(key(act.GetVerb()))
-		if p, ok := act.(k8stesting.PatchAction); ok && p.GetPatchType() == "application/apply-patch+yaml" {
-			used.Insert(key("create"))
-		}
-	}
+	used := permissionsOf(calls)
 	granted := rbacGrants(t, filepath.Join("..", "..", "deploy", "gossip", "rbac.yaml"), func(r rbacv1.PolicyRule) bool {
 		// Reading the node Leases, and the members' EndpointSlices, only.
 		return (slicesEqual(r.Resources, []string{"leases"}) || slicesEqual(r.Resources, []string{"endpointslices"})) &&
@@ -226,15 +225,7 @@ func TestFencingRBACMatchesCalls(t *testing.T) {
 		t.Fatal("a document read where none is published")
 	}
 
-	used := sets.New[string]()
-	for _, act := range append(cs.Actions(), dyn.Actions()...) {
-		res := act.GetResource()
-		key := func(v string) string { return res.Group + "/" + res.Resource + ":" + v + "@" + act.GetNamespace() }
-		used.Insert(key(act.GetVerb()))
-		if p, ok := act.(k8stesting.PatchAction); ok && p.GetPatchType() == "application/apply-patch+yaml" {
-			used.Insert(key("create"))
-		}
-	}
+	used := permissionsOf(append(cs.Actions(), dyn.Actions()...))
 	fencingGrants := rbacGrants(t, filepath.Join("..", "..", "deploy", "fencing", "rbac.yaml"), func(r rbacv1.PolicyRule) bool {
 		return (slicesEqual(r.Resources, []string{"leases"}) && slicesEqual(r.Verbs, []string{"get"})) ||
 			(slicesEqual(r.ResourceNames, []string{DefaultFencingDocumentName}) && slicesEqual(r.Verbs, []string{"list", "watch"}))
