@@ -4,6 +4,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
 	"rebound/pkg/fencing"
 	"rebound/pkg/liveness"
 	"rebound/pkg/rescue"
@@ -102,5 +108,62 @@ func TestAttackFailoverBetweenTaintAndVerify(t *testing.T) {
 	}
 	if n := f.node(t, "node-3"); rescue.Fenced(n) {
 		t.Errorf("a new leader verified a taint it did not put on: %v", n.Annotations)
+	}
+}
+
+// TestAttackRoundTimeTakenBeforeTheLeaseRead: FAILS (a real flaw).
+//
+// Unsafe outcome: the taint lands 14.6 s after a Lease renewal that the
+// round's own read saw, while that renewal may keep x's agent sanctioned
+// (and x resetting no earlier) until renewal + T = 16 s. Reconcile reads
+// the clock once (mono) at the top of the pass, then lists the
+// PeeringReports, runs the judge, reads the stop switch, and then, node by
+// node, makes the quorum GETs; the Fencer takes that early reading as t,
+// the time of "its own read". Any delay before a node's Lease GET (a slow
+// or throttled apiserver, a long list of reports, the GETs of the other
+// target nodes in a zone outage) is silently subtracted from the wait:
+// here the GET is sent 25 s after the reading. The proof needs t at or
+// after the read's answer.
+func TestAttackRoundTimeTakenBeforeTheLeaseRead(t *testing.T) {
+	wait := fencing.DefaultTiming().FenceWait(fencing.DefaultFenceMargin)
+	tm := fencing.DefaultTiming()
+	f := newFencingFixture(t, true)
+	var renewedAt time.Time
+	f.api.PrependReactor("get", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.GetAction).GetName() != "node-3" || !renewedAt.IsZero() {
+			return false, nil, nil
+		}
+		// The pass reached node-3's Lease 25 s after its clock reading;
+		// node-3's kubelet renewed just before (and then lost the API).
+		f.advance(25 * time.Second)
+		renewedAt = f.clock.Now()
+		rt := metav1.NewMicroTime(renewedAt)
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: "node-3", ResourceVersion: "2"},
+			Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}
+		if err := f.api.Tracker().Update(coordinationv1.SchemeGroupVersion.WithResource("leases"), l, corev1.NamespaceNodeLease); err != nil {
+			t.Fatal(err)
+		}
+		return false, nil, nil
+	})
+	start := f.clock.Now()
+	f.pass(t)
+	if renewedAt.IsZero() {
+		t.Fatal("the reactor did not run")
+	}
+	// Step the passes along until the reconciler's own clock says the wait is over.
+	f.advance(start.Add(wait).Sub(f.clock.Now()))
+	f.pass(t)
+	d := f.document(t)
+	if len(d.Rounds) != 1 {
+		t.Fatalf("no round published at %s after the renewal", f.clock.Now().Sub(renewedAt))
+	}
+	f.testify(t, d.Rounds[0].Round, 2*wait, "node-0", "node-1", "node-2")
+	f.pass(t)
+	if hasOutOfService(f.node(t, "node-3")) {
+		since := f.clock.Now().Sub(renewedAt)
+		if since < tm.Sanction+2*tm.Watchdog {
+			t.Errorf("UNSAFE: tainted %s after a renewal its round's read contained; the agent may be sanctioned until renewal + T (%s) and the proof assumes the wait T + 2W + margin (%s) counts from the read",
+				since.Round(time.Millisecond), tm.Sanction, wait.Round(time.Millisecond))
+		}
 	}
 }
