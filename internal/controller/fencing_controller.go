@@ -269,7 +269,9 @@ func (r *FencingReconciler) Reconcile(ctx context.Context, _ reconcile.Request) 
 	if next == 0 {
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{RequeueAfter: max(next-mono, time.Millisecond)}, nil
+	// Each node's rule ran on the clock after its own reads: count the
+	// wait from the end of the pass.
+	return ctrl.Result{RequeueAfter: max(next-r.clock.Now().Sub(r.start), time.Millisecond)}, nil
 }
 
 // input reads by quorum what the node's Fencer compares.
@@ -285,6 +287,10 @@ func (r *FencingReconciler) input(ctx context.Context, name string, reports []v1
 	if err != nil {
 		return in, err
 	}
+	// The rule's t is the time of this read: taken after its answer, so
+	// that no delay before the GET (a slow apiserver, the other targets'
+	// reads) comes off the wait.
+	in.Now = r.clock.Now().Sub(r.start)
 	read := fencing.Observation{LeaseVersion: lease.ResourceVersion, BootID: node.Status.NodeInfo.BootID}
 	if i := slices.IndexFunc(reports, func(p v1alpha1.PeeringReport) bool { return p.Name == name }); i >= 0 {
 		read.Report = fencing.ReportFromAPI(reports[i].ResourceVersion, reports[i].Fencing)

@@ -21,7 +21,8 @@ func stepAll(f *fencing.Fencer, in fencing.Input) fencing.Step {
 	return st
 }
 
-// TestAttackRoundIDReusedAcrossFencers: FAILS (a real flaw).
+// TestAttackRoundIDReusedAcrossFencers (a flaw an attack found, now held:
+// round names carry a random part).
 //
 // Unsafe outcome: node x is tainted (and its pods then force-deleted) on
 // testimonies that were written before the round's own Lease read, so they

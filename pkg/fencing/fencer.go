@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"crypto/rand"
 	"fmt"
 	"slices"
 	"strconv"
@@ -194,6 +195,14 @@ func (f *Fencer) Asking() (string, bool) {
 // Reset forgets the current round (a replica that loses leadership).
 func (f *Fencer) Reset() { f.round = nil }
 
+// roundID names a new round: the node, this Fencer's count, and a random
+// part, so that no round of another Fencer (a replica that took over, a
+// restart, the node's next incident) ever has the same name, and an
+// answer written for an earlier round never counts for this one.
+func (f *Fencer) roundID() string {
+	return f.node + "-" + strconv.Itoa(f.seq) + "-" + strings.ToLower(rand.Text()[:10])
+}
+
 // Step decides what to do about the node now.
 func (f *Fencer) Step(in Input) Step {
 	if in.FencedBoot != "" && (f.round == nil || !f.round.tainted) {
@@ -223,7 +232,7 @@ func (f *Fencer) Step(in Input) Step {
 			return Step{Action: Hold, Round: f.round.id, Reason: "the Lease, boot ID or report changed after the taint: the taint stays, nothing is deleted"}
 		}
 		f.seq++
-		f.round = &round{id: f.node + "-" + strconv.Itoa(f.seq), t: in.Now, read: *in.Read}
+		f.round = &round{id: f.roundID(), t: in.Now, read: *in.Read}
 	}
 	r := f.round
 	rep := r.read.Report
@@ -250,7 +259,7 @@ func (f *Fencer) Step(in Input) Step {
 		// A member that heard the node after the round's read can never
 		// testify to silence since it: start again from a read made now.
 		f.seq++
-		f.round = &round{id: f.node + "-" + strconv.Itoa(f.seq), t: in.Now, read: *in.Read}
+		f.round = &round{id: f.roundID(), t: in.Now, read: *in.Read}
 		return Step{Action: Hold, Round: f.round.id, OpensAt: in.Now + rep.Timing.FenceWait(f.opts.Margin), NextCheck: in.Now + rep.Timing.FenceWait(f.opts.Margin),
 			Reason: "the members did not testify within T of the round; starting again from a new read"}
 	}

@@ -1,6 +1,7 @@
 package fencing_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -257,8 +258,18 @@ func TestFencer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := fencing.NewFencer("x", fencing.FencerOptions{})
+			// The rows name rounds "x-1", "x-2": the first, second round
+			// this Fencer published (round names carry a random part).
+			published := map[string]string{}
 			for i, p := range tc.passes {
-				step := f.Step(fencing.Input{Now: p.now, Dead: p.dead, Read: p.read, Testimonies: p.testimony,
+				var testimony []fencing.Testimony
+				for _, m := range p.testimony {
+					if id, ok := published[m.Round]; ok {
+						m.Round = id
+					}
+					testimony = append(testimony, m)
+				}
+				step := f.Step(fencing.Input{Now: p.now, Dead: p.dead, Read: p.read, Testimonies: testimony,
 					FencedBoot: p.fencedBoot, Ready: p.ready, OldPods: p.oldPods})
 				if p.want != "" && step.Action != p.want {
 					t.Fatalf("pass %d: %s (%s), want %s", i, step.Action, step.Reason, p.want)
@@ -268,6 +279,7 @@ func TestFencer(t *testing.T) {
 				}
 				switch step.Action {
 				case fencing.PublishRound:
+					published["x-"+strconv.Itoa(len(published)+1)] = step.Round
 					f.Published(step.Round)
 				case fencing.Taint:
 					f.Tainted(step.Round)

@@ -63,6 +63,11 @@ const (
 	DefaultKubeletRenewInterval = 10 * time.Second
 )
 
+// MaxTiming is the longest W and T a report can carry (the
+// PeeringReport CRD's bound): an agent whose report cannot say its timing
+// must not arm.
+const MaxTiming = 600 * time.Second
+
 // DefaultTiming is the timing agents report unless configured otherwise.
 func DefaultTiming() Timing {
 	return Timing{Watchdog: DefaultWatchdogTimeout, Sanction: DefaultSanctionWindow}
@@ -79,6 +84,12 @@ func (t Timing) Validate(renewInterval, poll time.Duration) error {
 	}
 	if t.Watchdog%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("--watchdog-timeout=%s: must be whole seconds, as the device sets it", t.Watchdog))
+	}
+	if t.Sanction%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("--sanction-window=%s: must be whole seconds, as the report carries it", t.Sanction))
+	}
+	if t.Watchdog > MaxTiming || t.Sanction > MaxTiming {
+		errs = append(errs, fmt.Errorf("--watchdog-timeout=%s, --sanction-window=%s: must be at most %s, as the report carries them", t.Watchdog, t.Sanction, MaxTiming))
 	}
 	if poll <= 0 {
 		errs = append(errs, fmt.Errorf("--fencing-poll-interval=%s: must be positive", poll))
