@@ -72,7 +72,8 @@ func testimonies(fs []*Feeder, doc fencing.Document) []fencing.Testimony {
 	return out
 }
 
-// TestAttackOneMemberForgesTheMajority: FAILS (a real flaw).
+// TestAttackOneMemberForgesTheMajority (a flaw an attack found, now held
+// against a member that is not on the path: nonces are random).
 //
 // Unsafe outcome: node x is tainted while its watchdog is still fed, on the
 // honest testimony of a strict majority (b, c, d), because ONE other agent
@@ -166,7 +167,8 @@ func TestAttackOneMemberForgesTheMajority(t *testing.T) {
 	t.Log("no taint in 80 s")
 }
 
-// TestAttackArmsUnderATimingTheAPIDoesNotShow: FAILS (a real flaw).
+// TestAttackArmsUnderATimingTheAPIDoesNotShow (a flaw an attack found, now
+// held: the agent arms only once the API shows its boot, W, T and list).
 //
 // Unsafe outcome: node x is tainted while x feeds its watchdog. The agent
 // arms as soon as it is sanctioned; it never makes sure the report in the
@@ -215,7 +217,8 @@ func TestAttackArmsUnderATimingTheAPIDoesNotShow(t *testing.T) {
 	}
 	x.Tick(ctx)
 	if !x.Armed() {
-		t.Fatal("x did not arm")
+		// Held: x arms only once a report with its own timing reads back.
+		return
 	}
 	// From now x is cut off from everyone. The controller's read is 2 s
 	// later, of the report the API holds.

@@ -71,16 +71,18 @@ type Feeder struct {
 	cfg     Config
 	started time.Duration
 
-	mu       sync.Mutex
-	san      *fencing.Sanction
-	lists    []fencing.List // what the next report names
-	device   watchdog.Device
-	reason   string
-	heard    map[string]time.Duration
-	pending  map[[nonceLen]byte]pendingProbe
-	seq      uint64
-	written  *v1alpha1.FencingReport
-	lastFeed time.Duration
+	mu  sync.Mutex
+	san *fencing.Sanction
+	// announced: a report showing this process's boot, timing and list
+	// has been written and read back; the watchdog arms only then.
+	announced bool
+	lists     []fencing.List // what the next report names
+	device    watchdog.Device
+	reason    string
+	heard     map[string]time.Duration
+	pending   map[[nonceLen]byte]pendingProbe
+	written   *v1alpha1.FencingReport
+	lastFeed  time.Duration
 }
 
 type pendingProbe struct {
@@ -133,7 +135,7 @@ func (f *Feeder) Tick(ctx context.Context) {
 	f.mu.Lock()
 	now := f.cfg.BootClock()
 	switch {
-	case f.device == nil && f.san.MayArm(now):
+	case f.device == nil && f.announced && f.san.MayArm(now):
 		d, err := f.cfg.Open(f.cfg.Timing.Watchdog)
 		if err != nil {
 			f.reason = err.Error()
@@ -236,16 +238,40 @@ func (f *Feeder) poll(ctx context.Context) {
 	}
 	same := f.written != nil && sameReport(*f.written, r)
 	f.mu.Unlock()
-	if same {
-		return
+	if !same {
+		if err := f.cfg.Reports.WriteFencing(ctx, r); err != nil {
+			f.cfg.Logger.Error("write the fencing report", "err", err)
+			return
+		}
+		f.mu.Lock()
+		f.written = &r
+		f.mu.Unlock()
 	}
-	if err := f.cfg.Reports.WriteFencing(ctx, r); err != nil {
-		f.cfg.Logger.Error("write the fencing report", "err", err)
+	f.mu.Lock()
+	announced := f.announced
+	f.mu.Unlock()
+	if !announced {
+		f.announce(ctx)
+	}
+}
+
+// announce reads the report back after a write, and lets the watchdog arm
+// only once the API shows this process's boot, W, T and member list: the
+// controller waits out the T a report states, so an agent must never feed
+// under a timing or a list its report does not show (a restarted agent
+// with new flags, cut off from the API, behind the old process's report).
+func (f *Feeder) announce(ctx context.Context) {
+	back, err := f.cfg.Reports.ReadFencing(ctx)
+	if err != nil || back == nil {
 		return
 	}
 	f.mu.Lock()
-	f.written = &r
-	f.mu.Unlock()
+	defer f.mu.Unlock()
+	cur := f.san.List()
+	f.announced = back.BootID == f.cfg.BootID &&
+		time.Duration(back.WatchdogSeconds)*time.Second == f.cfg.Timing.Watchdog &&
+		time.Duration(back.SanctionSeconds)*time.Second == f.cfg.Timing.Sanction &&
+		(cur.Number == 0 || slices.ContainsFunc(back.Lists, func(l v1alpha1.MemberList) bool { return l.Number == cur.Number }))
 }
 
 // follow switches to a newer published list: first a report naming both
@@ -347,8 +373,7 @@ func (f *Feeder) probe() {
 		if !ok {
 			continue
 		}
-		f.seq++
-		nonce := nonceOf(f.seq, int64(now))
+		nonce := newNonce()
 		b, err := Probe{From: f.cfg.Node, To: m, Nonce: nonce}.Encode(keys[0])
 		if err != nil {
 			continue

@@ -2,8 +2,8 @@ package feeder
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -118,10 +118,10 @@ func field(b []byte) (string, []byte, error) {
 	return string(b[1 : 1+n]), b[1+n:], nil
 }
 
-// nonceOf makes a nonce from a counter and the send time: unique per
-// prober process, which is all an answer is matched against.
-func nonceOf(seq uint64, at int64) (n [nonceLen]byte) {
-	binary.BigEndian.PutUint64(n[:8], seq)
-	binary.BigEndian.PutUint64(n[8:], uint64(at))
+// newNonce makes a probe's nonce from the system's random source: another
+// member that sees its own probe from this agent cannot tell from it the
+// nonces this agent sent to the others, so it cannot answer for them.
+func newNonce() (n [nonceLen]byte) {
+	_, _ = rand.Read(n[:]) // crypto/rand.Read never fails
 	return n
 }

@@ -2,6 +2,7 @@ package feeder
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 )
 
@@ -44,4 +45,11 @@ func FuzzDecodeProbe(f *testing.F) {
 			t.Fatalf("an accepted probe does not encode back to itself: %v", err)
 		}
 	})
+}
+
+// nonceOf makes a known nonce, for the tests.
+func nonceOf(seq uint64, at int64) (n [nonceLen]byte) {
+	binary.BigEndian.PutUint64(n[:8], seq)
+	binary.BigEndian.PutUint64(n[8:], uint64(at))
+	return n
 }
