@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -180,14 +181,40 @@ func (c *Cluster) readVersion(b Binaries) error {
 	return nil
 }
 
-func (c *Cluster) run(ctx context.Context, opts Options, name, bin string, args []string, timeout time.Duration, probe func(context.Context) error) error {
-	args = append(args, opts.ExtraArgs[name]...)
-	p, err := startProcess(name, bin, args, filepath.Join(c.Dir, "logs", name+".log"), opts.Detached)
-	if err != nil {
+// bindRetries is how many times a component is started again on new ports
+// when a port that was free a moment earlier was taken before it bound.
+const bindRetries = 3
+
+// run starts one component on nports loopback ports that were free a moment
+// ago and waits until probe passes. command builds the flags and the probe
+// for the ports it is given. Another process (a parallel test's agent, say)
+// can take such a port between the check and the component's bind; the
+// component then exits during start-up saying so, and run starts it again
+// on new ports rather than failing the sandbox.
+func (c *Cluster) run(ctx context.Context, opts Options, name, bin string, nports int, timeout time.Duration, command func(ports []int) (args []string, probe func(context.Context) error)) error {
+	for attempt := 1; ; attempt++ {
+		ports := make([]int, nports)
+		for i := range ports {
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			ports[i] = port
+		}
+		args, probe := command(ports)
+		args = append(args, opts.ExtraArgs[name]...)
+		p, err := startProcess(name, bin, args, filepath.Join(c.Dir, "logs", name+".log"), opts.Detached)
+		if err != nil {
+			return err
+		}
+		err = p.waitHealthy(ctx, timeout, probe)
+		var ce *ComponentError
+		if err != nil && attempt < bindRetries && errors.As(err, &ce) && ce.exited && strings.Contains(ce.LogTail, "address already in use") {
+			continue
+		}
+		c.processes = append(c.processes, p)
 		return err
 	}
-	c.processes = append(c.processes, p)
-	return p.waitHealthy(ctx, timeout, probe)
 }
 
 // Stop stops every component, newest first, and waits for each to exit.

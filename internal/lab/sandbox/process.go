@@ -173,7 +173,9 @@ func (p *process) waitHealthy(ctx context.Context, timeout time.Duration, probe 
 			return nil
 		}
 		if gone, err := p.exitedEarly(); gone {
-			return p.failure(fmt.Sprintf("exited during start-up (%v)", err))
+			f := p.failure(fmt.Sprintf("exited during start-up (%v)", err))
+			f.exited = true
+			return f
 		}
 		select {
 		case <-ctx.Done():
@@ -183,7 +185,7 @@ func (p *process) waitHealthy(ctx context.Context, timeout time.Duration, probe 
 	}
 }
 
-func (p *process) failure(what string) error {
+func (p *process) failure(what string) *ComponentError {
 	return &ComponentError{Component: p.Name, What: what, Log: p.Log, LogTail: tailFile(p.Log, 20)}
 }
 
@@ -194,6 +196,9 @@ type ComponentError struct {
 	What      string
 	Log       string
 	LogTail   string
+	// exited says the component exited during start-up (rather than
+	// never turning healthy).
+	exited bool
 }
 
 func (e *ComponentError) Error() string {

@@ -1,11 +1,13 @@
 package sandbox
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -281,5 +283,66 @@ func TestReleaseModulesPinTheirRelease(t *testing.T) {
 				t.Errorf("%s/go.mod replaces %s with %s, want %sx", e.Name(), f[0], f[3], staging)
 			}
 		}
+	}
+}
+
+// TestRunStartsAgainWhenAPortWasTaken: a component that finds its port taken
+// between the sandbox's check and its own bind exits saying so; the sandbox
+// starts it again on new ports instead of failing, and only the live
+// process is recorded. A component that exits for another reason fails at
+// once, with its log.
+func TestRunStartsAgainWhenAPortWasTaken(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		failures  int    // how many starts exit before one stays up
+		message   string // what a failing start prints
+		wantErr   string
+		wantStart int
+	}{
+		{name: "PortTakenOnce", failures: 1, message: "listen tcp 127.0.0.1:1: bind: address already in use", wantStart: 2},
+		{name: "PortTakenEveryTime", failures: 5, message: "bind: address already in use", wantErr: "exited during start-up", wantStart: bindRetries},
+		{name: "OtherFailure", failures: 1, message: "flag provided but not defined", wantErr: "flag provided but not defined", wantStart: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			c := &Cluster{Dir: dir}
+			t.Cleanup(func() { _ = c.Stop() })
+			count := filepath.Join(dir, "starts")
+			up := filepath.Join(dir, "up")
+			// Each start appends a line to count; the first `failures`
+			// starts print the message and exit 1, a later one stays up.
+			script := `echo x >> "$1"; n=$(wc -l < "$1"); if [ "$n" -le "$2" ]; then echo "$3"; exit 1; fi; echo "$4" > "$5"; exec sleep 60`
+			var seen [][]int
+			err := c.run(t.Context(), Options{}, "fake", "/bin/sh", 1, 20*time.Second, func(ports []int) ([]string, func(context.Context) error) {
+				seen = append(seen, ports)
+				return []string{"-c", script, "sh", count, strconv.Itoa(tc.failures), tc.message, strconv.Itoa(ports[0]), up}, func(context.Context) error {
+					if _, err := os.Stat(up); err != nil {
+						return err
+					}
+					return nil
+				}
+			})
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("run: got %v, want an error saying %q", err, tc.wantErr)
+			}
+			if len(seen) != tc.wantStart {
+				t.Fatalf("started %d times, want %d", len(seen), tc.wantStart)
+			}
+			if len(c.processes) != 1 {
+				t.Fatalf("recorded %d processes, want the last one only", len(c.processes))
+			}
+			if tc.wantErr == "" {
+				got, _ := os.ReadFile(up)
+				if strings.TrimSpace(string(got)) != strconv.Itoa(seen[len(seen)-1][0]) {
+					t.Fatalf("the process that stayed up was given port %s, want the last pick %d", got, seen[len(seen)-1][0])
+				}
+			}
+		})
 	}
 }
