@@ -41,7 +41,7 @@ and kwok playing the kubelets of N fake nodes. No container engine is needed.
   rebound sandbox node start node-3  # it returns
   rebound sandbox down               # stop everything`,
 	}
-	cmd.AddCommand(newSandboxBuildCommand(), newSandboxUpCommand(), newSandboxDownCommand(), newSandboxStatusCommand(), newSandboxNodeCommand())
+	cmd.AddCommand(newSandboxBuildCommand(), newSandboxUpCommand(), newSandboxDownCommand(), newSandboxStatusCommand(), newSandboxNodeCommand(), newSandboxAgentCommand())
 	return cmd
 }
 

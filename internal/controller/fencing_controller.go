@@ -305,12 +305,20 @@ func (r *FencingReconciler) input(ctx context.Context, name string, reports []v1
 			return in, err
 		}
 		for _, p := range pods.Items {
-			if t.TimeAdded == nil || p.CreationTimestamp.Time.Before(t.TimeAdded.Time) {
+			// A pod that tolerates the taint (a node agent's DaemonSet
+			// pod) is never evicted by it nor moved elsewhere: the node's
+			// next boot runs it again, and it cannot run twice. Only the
+			// pods the taint is for must be gone.
+			if (t.TimeAdded == nil || p.CreationTimestamp.Time.Before(t.TimeAdded.Time)) && !toleratesTaint(&p, t) {
 				in.OldPods++
 			}
 		}
 	}
 	return in, nil
+}
+
+func toleratesTaint(p *corev1.Pod, t *corev1.Taint) bool {
+	return slices.ContainsFunc(p.Spec.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(logr.Discard(), t, false) })
 }
 
 func outOfServiceTaint(n *corev1.Node) *corev1.Taint {

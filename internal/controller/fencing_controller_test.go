@@ -62,7 +62,13 @@ func newFencingFixture(t *testing.T, armed bool) *fencingFixture {
 	}
 	f.verdict["node-3"] = liveness.NodeVerdict{Verdict: liveness.Dead, Early: true, DetectedAt: now}
 	objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "db-0", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))},
-		Spec: corev1.PodSpec{NodeName: "node-3"}})
+		Spec: corev1.PodSpec{NodeName: "node-3"}},
+		// A node agent's DaemonSet pod tolerates every taint: the
+		// out-of-service taint never evicts it, and on the node's next
+		// boot its kubelet runs the same pod again. It never blocks the
+		// taint's removal.
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "agent-node-3", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))},
+			Spec: corev1.PodSpec{NodeName: "node-3", Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}})
 	f.api = kfake.NewSimpleClientset(objs...)
 	f.reports = fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(reports...).Build()
 	var cacheObjs []client.Object

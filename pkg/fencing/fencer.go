@@ -298,6 +298,10 @@ func (f *Fencer) witnesses(l List, id string, need time.Duration, ts []Testimony
 	return got, missing
 }
 
+// untaintRecheck is how often a node back on a new boot is looked at
+// again while its old pods go.
+const untaintRecheck = 2 * time.Second
+
 func (f *Fencer) untaint(in Input) Step {
 	boot := in.FencedBoot
 	if boot == "" && f.round != nil && f.round.tainted {
@@ -311,9 +315,11 @@ func (f *Fencer) untaint(in Input) Step {
 	case in.Read.BootID == boot:
 		return Step{Action: Hold, Reason: "fenced; the node has not come back on a new boot"}
 	case !in.Ready:
-		return Step{Action: Hold, Reason: "fenced; back on a new boot but not Ready"}
+		return Step{Action: Hold, Reason: "fenced; back on a new boot but not Ready", NextCheck: in.Now + untaintRecheck}
 	case in.OldPods > 0:
-		return Step{Action: Hold, Reason: fmt.Sprintf("fenced; %d of its old pods remain", in.OldPods)}
+		// Nothing the reconciler watches changes when the last old pod
+		// goes: look again.
+		return Step{Action: Hold, Reason: fmt.Sprintf("fenced; %d of its old pods remain", in.OldPods), NextCheck: in.Now + untaintRecheck}
 	}
 	f.round = nil
 	return Step{Action: Untaint, Reason: "back on a new boot, Ready, and none of its old pods remain"}

@@ -35,7 +35,21 @@ import (
 )
 
 // NewCommand returns `agent`.
-func NewCommand() *cobra.Command {
+func NewCommand() *cobra.Command { return NewLabCommand(LabHooks{}) }
+
+// LabHooks let the lab run the same agent command with its stand-ins for
+// what a kwok node lacks (its watchdog, its boot ID): `rebound sandbox
+// agent`. The product's commands have none.
+type LabHooks struct {
+	// Flags adds the lab's flags.
+	Flags func(*pflag.FlagSet)
+	// Configure sets what the lab stands in for, once the flags are
+	// parsed and before anything is validated.
+	Configure func(*agent.Options) error
+}
+
+// NewLabCommand returns `agent` with the lab's hooks.
+func NewLabCommand(hooks LabHooks) *cobra.Command {
 	var (
 		opts       agent.Options
 		kube       *cli.KubeFlags
@@ -201,6 +215,11 @@ the error names the flag to change.`,
     --graceful-restart-time 120 --graceful-restart-wait 60`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if hooks.Configure != nil {
+				if err := hooks.Configure(&opts); err != nil {
+					return err
+				}
+			}
 			opts.Version = bird.Version(version)
 			opts.AS = as
 			opts.ListenPort = listenPort
@@ -247,7 +266,7 @@ the error names the flag to change.`,
 				return fmt.Errorf("--peer-set %q: want NAMESPACE/NAME, e.g. %s/%s", peerSet, peering.DefaultPeerSetNamespace, peering.DefaultPeerSetName)
 			}
 			opts.PeerSet = types.NamespacedName{Namespace: ns, Name: name}
-			if opts.Fencing.Device != "" {
+			if opts.Fencing.Device != "" || opts.Fencing.Open != nil {
 				ns, name, ok := strings.Cut(fencingDoc, "/")
 				if !ok || ns == "" || name == "" {
 					return fmt.Errorf("--fencing-document %q: want NAMESPACE/NAME, e.g. %s/%s", fencingDoc, peering.DefaultPeerSetNamespace, agent.DefaultFencingDocumentName)
@@ -322,6 +341,9 @@ the error names the flag to change.`,
 		agent.DefaultGossipHealthAddr+" with --gossip-only, "+agent.DefaultRejoinHealthAddr+" with --rejoin-only")
 	metricsserving.AddFlags(f, &metrics, agent.DefaultMetricsAddr)
 	f.Lookup("metrics-bind-address").Usage += "; " + agent.DefaultGossipMetricsAddr + " by default with --gossip-only; none with --rejoin-only or --once"
+	if hooks.Flags != nil {
+		hooks.Flags(f)
+	}
 	return cmd
 }
 

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,10 +22,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"rebound/deploy"
 	"rebound/internal/lab/hoststandin"
+	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
+	"rebound/internal/lab/watchdogstandin"
 )
 
 // GossipAgentOptions say which nodes of a sandbox run a gossiping agent.
@@ -44,6 +49,13 @@ type GossipAgentOptions struct {
 	// product's needs it at a third of that age, the product's ratio,
 	// or an unchanged read of a live node ages out.
 	ReportInterval time.Duration
+	// Fencing runs every agent with watchdog self-fencing at the
+	// product's default timing (W, T): its watchdog is the lab's stand-in
+	// (GossipAgent.Watchdog), which resets the node when not fed, and its
+	// boot is numbered by the lab (GossipAgent.BootID). The agents'
+	// fencing reads (deploy/fencing) are installed with their
+	// confinement.
+	Fencing bool
 }
 
 // GossipAgent is one `rebound agent --gossip-only` process, and the
@@ -59,11 +71,103 @@ type GossipAgent struct {
 	// (GossipAgentOptions.OwnAPIPaths): cut it and the agent no longer
 	// reaches the API, while its gossip goes on.
 	API *sandbox.APIPath
+	// Watchdog is the node's watchdog stand-in, with
+	// GossipAgentOptions.Fencing: not fed for W, it resets the node
+	// (Reset).
+	Watchdog *watchdogstandin.Socket
 
 	binary string
 	args   []string
 	cmd    *exec.Cmd
 	done   chan struct{}
+
+	c     *sandbox.Cluster
+	mu    sync.Mutex
+	boot  int
+	reset []time.Time
+	ch    chan struct{} // closed and replaced at each reset
+}
+
+// BootID is the node's boot as the lab numbers it: a reset and the
+// return after it (Return) make a new one.
+func (a *GossipAgent) BootID() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return fmt.Sprintf("lab-%s-boot-%d", a.Node, a.boot)
+}
+
+// Resets returns when the node's watchdog stand-in reset it, as the API
+// dates it (the creationTimestamp of the Event the lab wrote then).
+func (a *GossipAgent) Resets() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.reset)
+}
+
+// ResetSignal is closed at the node's next reset.
+func (a *GossipAgent) ResetSignal() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ch
+}
+
+// watchdogReset is the node's reset by its watchdog: its kubelet's
+// heartbeats stop, its host goes silent, its agent dies at once. It
+// stays down until Return.
+func (a *GossipAgent) watchdogReset() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = a.c.StopNode(ctx, a.Node)
+	_ = a.Host.Silence()
+	_ = a.Kill()
+	at, err := markEvent(ctx, a.c, a.Node, "LabWatchdogReset", "the lab: the node's watchdog was not fed for its timeout and reset it (heartbeats stop, host silent, agent killed)")
+	if err != nil {
+		at = time.Now()
+	}
+	a.mu.Lock()
+	a.reset = append(a.reset, at)
+	close(a.ch)
+	a.ch = make(chan struct{})
+	a.mu.Unlock()
+}
+
+// Return brings the node back on a new boot, after a reset or a host
+// death: a new boot ID on its Node, its kubelet's heartbeats, its host,
+// and its agent started afresh (its watchdog a fresh device).
+func (a *GossipAgent) Return(ctx context.Context) error {
+	select {
+	case <-a.done:
+	default:
+		if err := a.Kill(); err != nil {
+			return err
+		}
+	}
+	a.mu.Lock()
+	a.boot++
+	a.mu.Unlock()
+	if err := setBootID(ctx, a.c, a.Node, a.BootID()); err != nil {
+		return err
+	}
+	if a.Watchdog != nil {
+		a.Watchdog.Rearm()
+	}
+	if err := a.Host.Revive(); err != nil {
+		return err
+	}
+	if err := a.c.StartNode(ctx, a.Node); err != nil {
+		return err
+	}
+	return a.start()
+}
+
+// setBootID writes the node's boot ID into its status, as a kubelet does
+// at start; kwok keeps what it finds there.
+func setBootID(ctx context.Context, c *sandbox.Cluster, node, id string) error {
+	patch := fmt.Appendf(nil, `{"status":{"nodeInfo":{"bootID":%q}}}`, id)
+	if _, err := c.Client.CoreV1().Nodes().PatchStatus(ctx, node, patch); err != nil {
+		return fmt.Errorf("set the boot ID of %s: %w", node, err)
+	}
+	return nil
 }
 
 // start runs the agent, its output appended to Log.
@@ -72,7 +176,11 @@ func (a *GossipAgent) start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(a.binary, a.args...)
+	args := a.args
+	if a.Watchdog != nil {
+		args = append(slices.Clone(args), "--lab-watchdog-socket", a.Watchdog.Path(), "--lab-boot-id", a.BootID())
+	}
+	cmd := exec.Command(a.binary, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -234,6 +342,11 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 	if err := InstallGossipConfinement(ctx, c, "rebound-gossip"); err != nil {
 		return nil, err
 	}
+	if opts.Fencing {
+		if err := installFencingReads(ctx, c); err != nil {
+			return nil, err
+		}
+	}
 	good, err := NewGossipKey()
 	if err != nil {
 		return nil, err
@@ -271,7 +384,7 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 	}
 	agents := map[string]*GossipAgent{}
 	for _, n := range nodes {
-		agents[n] = &GossipAgent{Node: n, Host: hosts[n]}
+		agents[n] = &GossipAgent{Node: n, Host: hosts[n], c: c, boot: 1, ch: make(chan struct{})}
 	}
 	for i, n := range nodes {
 		token, err := GossipToken(ctx, c, n)
@@ -305,11 +418,23 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 		}
 		a := agents[n]
 		a.Address, a.KeyFile, a.Log, a.binary = addr(i), key, filepath.Join(c.Dir, "logs", "rebound-agent-"+n+".log"), opts.Binary
-		a.args = []string{"agent", "--gossip-only", "--node-name", n, "--kubeconfig", kubeconfig,
+		cmd := []string{"agent"}
+		if opts.Fencing {
+			if err := setBootID(ctx, c, n, a.BootID()); err != nil {
+				StopAll(agents)
+				return nil, err
+			}
+			if a.Watchdog, err = watchdogstandin.Listen(filepath.Join(c.Dir, "watchdog-"+n+".sock"), clock.RealClock{}, a.watchdogReset); err != nil {
+				StopAll(agents)
+				return nil, err
+			}
+			cmd = []string{"sandbox", "agent", "--fencing-state", filepath.Join(c.Dir, "fencing-"+n+".json")}
+		}
+		a.args = append(cmd, "--gossip-only", "--node-name", n, "--kubeconfig", kubeconfig,
 			"--gossip-key-file", key, "--gossip-key-reload-interval", GossipKeyReloadInterval.String(),
 			"--gossip-namespace", GossipNamespace, "--gossip-service", GossipService,
 			"--gossip-bind-address", addr(i), "--gossip-port", fmt.Sprint(GossipPort),
-			"--gossip-join", strings.Join(join, ","), "--health-addr", "", "--metrics-bind-address", "0"}
+			"--gossip-join", strings.Join(join, ","), "--health-addr", "", "--metrics-bind-address", "0")
 		if opts.ReportInterval > 0 {
 			a.args = append(a.args, "--report-interval", opts.ReportInterval.String())
 		}
@@ -333,6 +458,9 @@ func StopAll(agents map[string]*GossipAgent) {
 		}
 		if a.API != nil {
 			a.API.Close()
+		}
+		if a.Watchdog != nil {
+			a.Watchdog.Close()
 		}
 	}
 }
@@ -390,4 +518,34 @@ func NewGossipKey() (string, error) {
 		return "", err
 	}
 	return base64.StdEncoding.EncodeToString(key), nil
+}
+
+// installFencingReads installs what watchdog self-fencing adds to the
+// gossip members' confinement (deploy/fencing): reads of their own
+// Lease, of the reports, and of the fencing document.
+func installFencingReads(ctx context.Context, c *sandbox.Cluster) error {
+	cl, err := install.NewClient(c.Config)
+	if err != nil {
+		return err
+	}
+	_, err = install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-gossip"}, deploy.FencingRBAC)
+	return err
+}
+
+// markEvent writes an Event about node and returns its creation time: the
+// API's date of what the lab did in that instant.
+func markEvent(ctx context.Context, c *sandbox.Cluster, node, reason, message string) (time.Time, error) {
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: "lab-" + strings.ToLower(node) + "-", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, APIVersion: "v1"},
+		Reason:         reason,
+		Message:        message,
+		Type:           corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "rebound-lab"},
+	}
+	got, err := c.Client.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("record %s of %s: %w", reason, node, err)
+	}
+	return got.CreationTimestamp.Time, nil
 }

@@ -357,19 +357,7 @@ func UnreachableMarks(c *sandbox.Cluster, user string, from time.Time) ([]string
 // the API's time of it: the death as the API dates it, to measure from
 // with the API's own timestamps.
 func markDeath(ctx context.Context, c *sandbox.Cluster, node string) (time.Time, error) {
-	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: "lab-host-death-", Namespace: metav1.NamespaceDefault},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, APIVersion: "v1"},
-		Reason:         "LabHostDeath",
-		Message:        "the lab: the node's host dies (its host stand-in goes silent, its agent stops)",
-		Type:           corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: "rebound-lab"},
-	}
-	got, err := c.Client.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
-	if err != nil {
-		return time.Time{}, fmt.Errorf("S16: record the death of %s: %w", node, err)
-	}
-	return got.CreationTimestamp.Time, nil
+	return markEvent(ctx, c, node, "LabHostDeath", "the lab: the node's host dies (its host stand-in goes silent, its agent stops)")
 }
 
 // deleteTimes says when, after from, user deleted each of the workloads'

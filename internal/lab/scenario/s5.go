@@ -115,34 +115,9 @@ func RunS5(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S5Options
 // partitioned and NotReady. It returns the pod's UID. TestDiagnoseS5
 // stops there and asks diagnose.
 func PartitionS5(ctx context.Context, c *sandbox.Cluster, tl *Timeline, node string) (types.UID, error) {
-	// The pod only prefers node (it must be free to move once the node is
-	// fenced), and the scheduler's other scores can outweigh a preference:
-	// the other nodes are cordoned until it lands.
-	var others []string
-	for _, n := range c.NodeNames {
-		if n != node {
-			others = append(others, n)
-		}
-	}
-	for _, n := range others {
-		if _, err := setUnschedulable(ctx, c, n, true); err != nil {
-			return "", err
-		}
-	}
-	tl.Step("create StatefulSet kube-system/etcd-standin (ReadWriteOnce volume), preferring %s (the others cordoned until it lands)", node)
-	if err := createStatefulStandIn(ctx, c, node); err != nil {
-		return "", err
-	}
-	pod, err := waitPod(ctx, c, 2*time.Minute, func(p *corev1.Pod) bool {
-		return p.Spec.NodeName == node && kubestatus.PodReady(p)
-	})
+	uid, err := placeStatefulStandIn(ctx, c, tl, node)
 	if err != nil {
 		return "", err
-	}
-	for _, n := range others {
-		if _, err := setUnschedulable(ctx, c, n, false); err != nil {
-			return "", err
-		}
 	}
 	tl.Step("partition %s (heartbeats stop; its processes may still run)", node)
 	if err := c.StopNode(ctx, node); err != nil {
@@ -152,7 +127,7 @@ func PartitionS5(ctx context.Context, c *sandbox.Cluster, tl *Timeline, node str
 		return "", err
 	}
 	tl.Step("%s NotReady", node)
-	return pod.UID, nil
+	return uid, nil
 }
 
 func waitPod(ctx context.Context, c *sandbox.Cluster, timeout time.Duration, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {

@@ -91,6 +91,12 @@ func (d *Device) Disarm() error {
 // keeps counting, as a real watchdog does.
 func (d *Device) Close() error { return nil }
 
+func (d *Device) counting() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.state == counting
+}
+
 // Fired reports whether the stand-in reset its node.
 func (d *Device) Fired() bool {
 	d.mu.Lock()
