@@ -4,12 +4,14 @@ package main
 
 import (
 	"errors"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"rebound/internal/agent"
 	"rebound/internal/cli/agentcmd"
+	"rebound/internal/lab/linkcut"
 	"rebound/internal/lab/watchdogstandin"
 )
 
@@ -17,11 +19,12 @@ import (
 // itself, run for a sandbox's kwok node, whose watchdog and boot ID the
 // lab stands in for. Hidden: only the lab starts it.
 func newSandboxAgentCommand() *cobra.Command {
-	var socket, bootID string
+	var socket, bootID, cutFile string
 	cmd := agentcmd.NewLabCommand(agentcmd.LabHooks{
 		Flags: func(f *pflag.FlagSet) {
 			f.StringVar(&socket, "lab-watchdog-socket", "", "the lab's watchdog stand-in for this node (a Unix socket the lab serves); enables fencing as --watchdog-device does")
 			f.StringVar(&bootID, "lab-boot-id", "", "this node's boot ID as the lab numbers its boots (the Node's status.nodeInfo.bootID)")
+			f.StringVar(&cutFile, "lab-cut-file", "", "a file naming, one per line, the addresses whose links the lab has cut: gossip and fencing traffic to and from them is dropped")
 		},
 		Configure: func(o *agent.Options) error {
 			if (socket == "") != (bootID == "") {
@@ -30,6 +33,9 @@ func newSandboxAgentCommand() *cobra.Command {
 			if socket != "" {
 				o.Fencing.Open = watchdogstandin.Dial(socket)
 				o.Fencing.BootID = bootID
+			}
+			if cutFile != "" {
+				o.Gossip.Cut = linkcut.Reader(cutFile, 200*time.Millisecond)
 			}
 			return nil
 		},

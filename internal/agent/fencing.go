@@ -142,6 +142,9 @@ func (a *Agent) startFencing(ctx context.Context, addr netip.Addr, book *APIBook
 	if err != nil {
 		return nil, fmt.Errorf("rebound agent: --fencing-port: %w", err)
 	}
+	if cut := a.opts.Gossip.Cut; cut != nil {
+		conn = cutPacketConn{PacketConn: conn, cut: cut}
+	}
 	fctx, cancel := context.WithCancel(ctx)
 	docs := a.watchFencingDocument(fctx)
 	fd, err := feeder.New(feeder.Config{
@@ -233,4 +236,32 @@ func (a *Agent) Feeder() *feeder.Feeder {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.feeder
+}
+
+// cutPacketConn drops the fencing probes to and from the addresses cut
+// names (GossipOptions.Cut, the lab's partitions).
+type cutPacketConn struct {
+	net.PacketConn
+	cut func(netip.Addr) bool
+}
+
+func (c cutPacketConn) isCut(a net.Addr) bool {
+	ap, err := netip.ParseAddrPort(a.String())
+	return err == nil && c.cut(ap.Addr().Unmap())
+}
+
+func (c cutPacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	for {
+		n, from, err := c.PacketConn.ReadFrom(b)
+		if err != nil || !c.isCut(from) {
+			return n, from, err
+		}
+	}
+}
+
+func (c cutPacketConn) WriteTo(b []byte, to net.Addr) (int, error) {
+	if c.isCut(to) {
+		return len(b), nil // sent, and lost on the way
+	}
+	return c.PacketConn.WriteTo(b, to)
 }

@@ -206,6 +206,10 @@ type GossipOptions struct {
 	// own Lease renews, may witness it (--lease-margin, the controller's
 	// flag of the same name); zero means liveness.DefaultLeaseMargin.
 	LeaseMargin time.Duration
+	// Cut, when set, drops the gossip and fencing traffic to and from the
+	// addresses it names: the lab's network partitions (rebound sandbox
+	// agent). Nil in production.
+	Cut func(netip.Addr) bool
 }
 
 // gossipOn says whether this agent gossips.
@@ -232,6 +236,7 @@ func (o Options) gossipConfig(addr netip.Addr, keys [][]byte, book gossip.Addres
 		Leases:            leases,
 		LeaseMargin:       o.Gossip.LeaseMargin,
 		Logger:            o.Logger,
+		Cut:               o.Gossip.Cut,
 	}
 }
 

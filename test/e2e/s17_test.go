@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
@@ -36,7 +38,7 @@ func startS17Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster) map[
 	_, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-e2e"}, []byte(scenario.S17Policy))
 	must(t, err)
 	must(t, install.DetectionFor(ctx, cl, "rebound-e2e", sandbox.ReboundUser))
-	startController(t, c, "--lease-plane", "--mark-pods-not-ready-early")
+	ctrl := startController(t, c, "--lease-plane", "--mark-pods-not-ready-early")
 	agents, err := scenario.StartGossipAgents(ctx, c, scenario.GossipAgentOptions{Binary: reboundBinary, Fencing: true, OwnAPIPaths: true})
 	must(t, err)
 	t.Cleanup(func() {
@@ -48,6 +50,9 @@ func startS17Rebound(ctx context.Context, t *testing.T, c *sandbox.Cluster) map[
 		}
 	})
 	must(t, scenario.WaitFencingArmed(ctx, c, agents, 2*time.Minute))
+	// A controller judges no node early until it has watched the planes
+	// for a while since its start: the incident starts after that.
+	must(t, scenario.WaitEarlyJudgement(ctx, ctrl.log, time.Minute))
 	timing := fencing.DefaultTiming()
 	config(t, "s17_watchdog_timeout", timing.Watchdog.Seconds(), "s")
 	config(t, "s17_sanction_window", timing.Sanction.Seconds(), "s")
@@ -101,4 +106,96 @@ func TestS17StatefulPodFenced(t *testing.T) {
 			t.Errorf("watched the pod on the dead node for %s, want at least 360 s", res.StillOnNode)
 		}
 	})
+}
+
+// s17QuietWindow is how long a negative lane's cut lasts: the control
+// plane's 3-minute outage, and as long for the others (past the node
+// grace, the fencing wait and the sanction window, many times over).
+const s17QuietWindow = 3 * time.Minute
+
+// TestS17NegativeLanes: what is not a dead node, played while every agent
+// fences and a stateful pod waits on node-3 under a Watchdog policy: the
+// control plane down for 3 minutes, S16's shape, S15's stall, an agent
+// rollout, a member down on a live host. Each lane on its own sandbox:
+// no out-of-service taint on any node, and no watchdog resets its node,
+// through the lane and the fencing wait after it.
+func TestS17NegativeLanes(t *testing.T) {
+	t.Parallel()
+	settle := fencing.DefaultTiming().FenceWait(fencing.DefaultFenceMargin) + 30*time.Second
+	config(t, "s17_quiet_window", s17QuietWindow.Seconds(), "s")
+	config(t, "s17_quiet_settle", settle.Round(time.Second).Seconds(), "s")
+	for _, lane := range scenario.S17Lanes() {
+		t.Run(lane.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t, s17QuietWindow+settle+8*time.Minute)
+			c := startSandbox(t, s17Nodes, sandbox.DefaultTimings())
+			agents := startS17Rebound(ctx, t, c)
+			res, err := scenario.RunS17Quiet(ctx, c, scenario.NewTimeline(testWriter(t)), agents, lane, s17QuietWindow, settle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := "s17_" + snakeCase(lane.Name)
+			metricCount(t, name+"_fenced", len(res.Tainted))
+			metricCount(t, name+"_resets", len(res.Resets))
+			if len(res.Tainted) != 0 {
+				t.Errorf("out-of-service taint on %v: want none (no node died)", res.Tainted)
+			}
+			if len(res.Resets) != 0 {
+				t.Errorf("watchdogs reset %v: want none (every node is alive and wanted)", res.Resets)
+			}
+		})
+	}
+}
+
+// TestS17MinorityPartition: node-3 and node-4 (2 of 5) are cut off from
+// everything while their agents run on: their watchdogs reset them, the
+// controller fences them, and each one's stateful pod runs on the
+// majority's side within 60 s of the cut, never while the old one can
+// still run (the old pod's run ends at its node's reset; the replacement
+// is created after it). The majority is never reset nor tainted; the
+// returned nodes lose the taint.
+func TestS17MinorityPartition(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 8*time.Minute)
+	c := startSandbox(t, s17Nodes, sandbox.DefaultTimings())
+	agents := startS17Rebound(ctx, t, c)
+	res, err := scenario.RunS17Minority(ctx, c, scenario.NewTimeline(testWriter(t)), agents, []string{"node-3", "node-4"}, 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slowest, overlap time.Duration
+	for _, n := range res.Nodes {
+		slowest, overlap = max(slowest, n.RunningElsewhere), max(overlap, n.Overlap)
+		if n.ResetAt.IsZero() {
+			t.Errorf("%s: its stateful pod runs on %s, but its watchdog never reset it", n.Node, n.MovedTo)
+		}
+	}
+	metric(t, "s17_minority_running_elsewhere", slowest.Seconds(), "s")
+	metric(t, "s17_minority_overlap", overlap.Seconds(), "s")
+	metricCount(t, "s17_minority_majority_resets", len(res.MajorityResets))
+	metricCount(t, "s17_minority_majority_fenced", len(res.MajorityTainted))
+	if overlap > 0 {
+		t.Errorf("a replacement existed %s before the old pod's node was reset: two copies at once", overlap)
+	}
+	if slowest > 60*time.Second {
+		t.Errorf("the minority's stateful pods ran elsewhere %s after the cut, want within 60 s", slowest)
+	}
+	if len(res.MajorityResets)+len(res.MajorityTainted) != 0 {
+		t.Errorf("the majority's nodes were reset %v or tainted %v: want none", res.MajorityResets, res.MajorityTainted)
+	}
+}
+
+// snakeCase turns a lane's name into a METRIC name's part.
+func snakeCase(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -78,6 +78,10 @@ type Config struct {
 	// HostProber probes a silent member's host; nil means a
 	// TCPHostProber with DefaultHostProbeTimeout.
 	HostProber HostProber
+	// Cut, when set, drops the gossip traffic to and from the addresses
+	// it names, as a cut link does: the lab's network partitions between
+	// agents that share a host's loopback. Nil in production.
+	Cut func(netip.Addr) bool
 	// Join lists members to join through: host:port, or host alone for
 	// BindPort; a DNS name (a headless Service of the agents) stands for
 	// every address it resolves to.

@@ -140,7 +140,7 @@ func New(cfg Config) (*Member, error) {
 	if cfg.anyPort {
 		port = 0
 	}
-	tr, err := newCountingTransport(cfg.BindAddr.String(), port, stdlog)
+	tr, err := newCountingTransport(cfg.BindAddr.String(), port, stdlog, cfg.Cut)
 	if err != nil {
 		return nil, fmt.Errorf("gossip: --gossip-bind-address %s --gossip-port %d: %w (is another agent, or MetalLB's speaker, using the port? choose another --gossip-port, the same on every agent)", cfg.BindAddr, port, err)
 	}

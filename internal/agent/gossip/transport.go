@@ -1,9 +1,11 @@
 package gossip
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +25,8 @@ type countingTransport struct {
 	streams chan net.Conn
 	stop    chan struct{}
 	once    sync.Once
+	// cut drops what goes to or comes from an address it names (Config.Cut).
+	cut func(netip.Addr) bool
 	wg      sync.WaitGroup
 
 	packetsSent, packetsReceived atomic.Uint64 // bytes
@@ -42,7 +46,7 @@ func (s TrafficStats) Total() uint64 {
 
 // newCountingTransport binds addr:port (any free port when port is 0,
 // the same one for UDP and TCP).
-func newCountingTransport(addr string, port int, logger *log.Logger) (*countingTransport, error) {
+func newCountingTransport(addr string, port int, logger *log.Logger, cut func(netip.Addr) bool) (*countingTransport, error) {
 	cfg := &memberlist.NetTransportConfig{BindAddrs: []string{addr}, BindPort: port, Logger: logger}
 	var (
 		nt  *memberlist.NetTransport
@@ -63,6 +67,7 @@ func newCountingTransport(addr string, port int, logger *log.Logger) (*countingT
 		packets: make(chan *memberlist.Packet),
 		streams: make(chan net.Conn),
 		stop:    make(chan struct{}),
+		cut:     cut,
 	}
 	t.wg.Add(2)
 	go t.forwardPackets()
@@ -76,6 +81,9 @@ func (t *countingTransport) forwardPackets() {
 	for {
 		select {
 		case p := <-in:
+			if t.isCut(p.From.String()) {
+				continue
+			}
 			t.packetsReceived.Add(uint64(len(p.Buf)))
 			select {
 			case t.packets <- p:
@@ -94,6 +102,10 @@ func (t *countingTransport) forwardStreams() {
 	for {
 		select {
 		case c := <-in:
+			if t.isCut(c.RemoteAddr().String()) {
+				_ = c.Close()
+				continue
+			}
 			select {
 			case t.streams <- &countingConn{Conn: c, t: t}:
 			case <-t.stop:
@@ -120,7 +132,22 @@ func (t *countingTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int
 	return t.inner.FinalAdvertiseAddr(ip, port)
 }
 
+// isCut reports whether hostport's address is cut off (Config.Cut).
+func (t *countingTransport) isCut(hostport string) bool {
+	if t.cut == nil {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(hostport)
+	return err == nil && t.cut(ap.Addr().Unmap())
+}
+
+// errCut is what a dial over a cut link returns, after its timeout.
+var errCut = errors.New("gossip: the link is cut")
+
 func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	if t.isCut(addr) {
+		return time.Now(), nil // sent, and lost on the way
+	}
 	at, err := t.inner.WriteTo(b, addr)
 	if err == nil {
 		t.packetsSent.Add(uint64(len(b)))
@@ -129,6 +156,9 @@ func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 }
 
 func (t *countingTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if t.isCut(a.Addr) {
+		return time.Now(), nil
+	}
 	at, err := t.inner.WriteToAddress(b, a)
 	if err == nil {
 		t.packetsSent.Add(uint64(len(b)))
@@ -139,6 +169,9 @@ func (t *countingTransport) WriteToAddress(b []byte, a memberlist.Address) (time
 func (t *countingTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
 
 func (t *countingTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	if t.isCut(addr) {
+		return nil, t.dialCut(timeout)
+	}
 	c, err := t.inner.DialTimeout(addr, timeout)
 	if err != nil {
 		return nil, err
@@ -147,6 +180,9 @@ func (t *countingTransport) DialTimeout(addr string, timeout time.Duration) (net
 }
 
 func (t *countingTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if t.isCut(a.Addr) {
+		return nil, t.dialCut(timeout)
+	}
 	c, err := t.inner.DialAddressTimeout(a, timeout)
 	if err != nil {
 		return nil, err
@@ -155,6 +191,16 @@ func (t *countingTransport) DialAddressTimeout(a memberlist.Address, timeout tim
 }
 
 func (t *countingTransport) StreamCh() <-chan net.Conn { return t.streams }
+
+// dialCut waits out a dial over a cut link, as a SYN that is never
+// answered does.
+func (t *countingTransport) dialCut(timeout time.Duration) error {
+	select {
+	case <-time.After(timeout):
+	case <-t.stop:
+	}
+	return errCut
+}
 
 // Shutdown closes the listeners and waits for the forwarders.
 func (t *countingTransport) Shutdown() error {

@@ -71,6 +71,9 @@ type GossipAgent struct {
 	// (GossipAgentOptions.OwnAPIPaths): cut it and the agent no longer
 	// reaches the API, while its gossip goes on.
 	API *sandbox.APIPath
+	// CutFile names the addresses whose links to this agent the lab has
+	// cut (Partition), with GossipAgentOptions.Fencing.
+	CutFile string
 	// Watchdog is the node's watchdog stand-in, with
 	// GossipAgentOptions.Fencing: not fed for W, it resets the node
 	// (Reset).
@@ -428,7 +431,8 @@ func StartGossipAgents(ctx context.Context, c *sandbox.Cluster, opts GossipAgent
 				StopAll(agents)
 				return nil, err
 			}
-			cmd = []string{"sandbox", "agent", "--fencing-state", filepath.Join(c.Dir, "fencing-"+n+".json")}
+			a.CutFile = filepath.Join(c.Dir, "cut-"+n)
+			cmd = []string{"sandbox", "agent", "--fencing-state", filepath.Join(c.Dir, "fencing-"+n+".json"), "--lab-cut-file", a.CutFile}
 		}
 		a.args = append(cmd, "--gossip-only", "--node-name", n, "--kubeconfig", kubeconfig,
 			"--gossip-key-file", key, "--gossip-key-reload-interval", GossipKeyReloadInterval.String(),

@@ -286,6 +286,11 @@ func WaitFencingArmed(ctx context.Context, c *sandbox.Cluster, agents map[string
 // once the node is fenced), and the scheduler's other scores can outweigh
 // a preference: the other nodes are cordoned until it lands.
 func placeStatefulStandIn(ctx context.Context, c *sandbox.Cluster, tl *Timeline, node string) (types.UID, error) {
+	return placeStatefulSet(ctx, c, tl, "etcd-standin", node)
+}
+
+// placeStatefulSet is placeStatefulStandIn for StatefulSet name.
+func placeStatefulSet(ctx context.Context, c *sandbox.Cluster, tl *Timeline, name, node string) (types.UID, error) {
 	var others []string
 	for _, n := range c.NodeNames {
 		if n != node {
@@ -297,11 +302,11 @@ func placeStatefulStandIn(ctx context.Context, c *sandbox.Cluster, tl *Timeline,
 			return "", err
 		}
 	}
-	tl.Step("create StatefulSet kube-system/etcd-standin (ReadWriteOnce volume), preferring %s (the others cordoned until it lands)", node)
-	if err := createStatefulStandIn(ctx, c, node); err != nil {
+	tl.Step("create StatefulSet kube-system/%s (ReadWriteOnce volume), preferring %s (the others cordoned until it lands)", name, node)
+	if err := createStatefulSet(ctx, c, name, node); err != nil {
 		return "", err
 	}
-	pod, err := waitPod(ctx, c, 2*time.Minute, func(p *corev1.Pod) bool {
+	pod, err := waitPodNamed(ctx, c, name+"-0", 2*time.Minute, func(p *corev1.Pod) bool {
 		return p.Spec.NodeName == node && kubestatus.PodReady(p)
 	})
 	if err != nil {

@@ -131,10 +131,14 @@ func PartitionS5(ctx context.Context, c *sandbox.Cluster, tl *Timeline, node str
 }
 
 func waitPod(ctx context.Context, c *sandbox.Cluster, timeout time.Duration, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {
+	return waitPodNamed(ctx, c, S5Pod, timeout, cond)
+}
+
+func waitPodNamed(ctx context.Context, c *sandbox.Cluster, name string, timeout time.Duration, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {
 	var p *corev1.Pod
 	last := "not found"
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		got, err := c.Client.CoreV1().Pods("kube-system").Get(ctx, S5Pod, metav1.GetOptions{})
+		got, err := c.Client.CoreV1().Pods("kube-system").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil //nolint:nilerr // poll until the deadline
 		}
@@ -143,7 +147,7 @@ func waitPod(ctx context.Context, c *sandbox.Cluster, timeout time.Duration, con
 		return cond(p), nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pod kube-system/%s: condition not met (last: %s): %w", S5Pod, last, err)
+		return nil, fmt.Errorf("pod kube-system/%s: condition not met (last: %s): %w", name, last, err)
 	}
 	return p, nil
 }
@@ -153,23 +157,29 @@ func waitPod(ctx context.Context, c *sandbox.Cluster, timeout time.Duration, con
 // static NFS PersistentVolume: nothing mounts it (kwok runs no
 // containers), it only has to bind.
 func createStatefulStandIn(ctx context.Context, c *sandbox.Cluster, node string) error {
-	labels := map[string]string{"app": "etcd-standin"}
+	return createStatefulSet(ctx, c, "etcd-standin", node)
+}
+
+// createStatefulSet creates a one-replica StatefulSet name, as
+// createStatefulStandIn describes; its pod is name-0.
+func createStatefulSet(ctx context.Context, c *sandbox.Cluster, name, node string) error {
+	labels := map[string]string{"app": name}
 	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "etcd-standin-data"},
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-data"},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			StorageClassName:              "manual",
 			PersistentVolumeSource:        corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "127.0.0.1", Path: "/unused"}},
-			ClaimRef:                      &corev1.ObjectReference{Namespace: "kube-system", Name: "data-etcd-standin-0"},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: "kube-system", Name: "data-" + name + "-0"},
 		},
 	}
 	sts := &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "etcd-standin", Namespace: "kube-system"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system"},
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:    ptr.To[int32](1),
-			ServiceName: "etcd-standin",
+			ServiceName: name,
 			Selector:    &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
