@@ -83,6 +83,7 @@ type Lane struct {
 	S2      *scenario.S2Result  `json:"s2,omitempty"`
 	S4      *scenario.S4Result  `json:"s4,omitempty"`
 	S13     *scenario.S13Result `json:"s13,omitempty"`
+	S17     *scenario.S17Result `json:"s17,omitempty"`
 }
 
 // ScenarioInfo describes one scenario of the report.
@@ -257,6 +258,7 @@ var allScenarios = []demoScenario{
 	{info: s1Info, run: runS1},
 	{info: s2Info, run: runS2},
 	{info: s13Info, run: runS13},
+	{info: s17Info, run: runS17},
 	{info: s4Info, background: startS4},
 }
 

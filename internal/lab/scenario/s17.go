@@ -15,6 +15,7 @@ import (
 	"rebound/api/v1alpha1"
 	"rebound/internal/lab/install"
 	"rebound/internal/lab/sandbox"
+	"rebound/pkg/fencing"
 	"rebound/pkg/kubestatus"
 	"rebound/pkg/rescue"
 )
@@ -78,6 +79,10 @@ type S17Result struct {
 	// DiedAt is the death as the API dates it (the Event the lab wrote in
 	// that instant).
 	DiedAt time.Time `json:"diedAt"`
+	// FenceWait is T + 2W + margin for the node, from its agent's report:
+	// how long after its own read of the node dead on both planes the
+	// controller may fence it.
+	FenceWait time.Duration `json:"fenceWait,omitempty"`
 	// FencedAt is the out-of-service taint's timeAdded (whole seconds).
 	FencedAt time.Time `json:"fencedAt,omitzero"`
 	// RunningElsewhere is from the death to the replacement's Ready
@@ -92,6 +97,17 @@ type S17Result struct {
 	// it to the first read that found the taint gone.
 	ReturnedAt   time.Time     `json:"returnedAt,omitzero"`
 	TaintRemoved time.Duration `json:"taintRemoved,omitempty"`
+}
+
+// RunS17Pair plays S17 on both lanes at once: p.Without without rebound,
+// watched for hold; p.With with rebound's agents.
+func RunS17Pair(ctx context.Context, p Pair, agents map[string]*GossipAgent, hold time.Duration) (without, with S17Result, err error) {
+	return runPair(p, func(c *sandbox.Cluster, tl *Timeline, rebound bool) (S17Result, error) {
+		if rebound {
+			return RunS17(ctx, c, tl, S17Options{Agents: agents})
+		}
+		return RunS17(ctx, c, tl, S17Options{Hold: hold})
+	})
 }
 
 // RunS17 plays S17 on a running sandbox.
@@ -119,6 +135,12 @@ func RunS17(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S17Optio
 	uid, err := placeStatefulStandIn(ctx, c, tl, opts.Node)
 	if err != nil {
 		return res, err
+	}
+	if agent != nil {
+		if res.FenceWait, err = fenceWait(ctx, c, opts.Node); err != nil {
+			return res, err
+		}
+		tl.Add("node", opts.Node, "armed (its agent's report); if it dies, rebound may fence it no sooner than T + 2W + margin = %.1fs after it reads it dead on both planes", res.FenceWait.Seconds())
 	}
 
 	tl.Step("%s's host dies: its Lease stops, its host goes silent, its agent stops", opts.Node)
@@ -202,6 +224,23 @@ func holdOnDeadNode(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts 
 	}
 	tl.Add("pod", S5Pod, "still bound to %s, %.0fs after the death; no copy elsewhere", opts.Node, res.StillOnNode.Seconds())
 	return nil
+}
+
+// fenceWait reads the node's fencing report and returns T + 2W + margin.
+func fenceWait(ctx context.Context, c *sandbox.Cluster, node string) (time.Duration, error) {
+	cl, err := install.NewClient(c.Config)
+	if err != nil {
+		return 0, err
+	}
+	var r v1alpha1.PeeringReport
+	if err := cl.Get(ctx, client.ObjectKey{Name: node}, &r); err != nil {
+		return 0, err
+	}
+	if r.Fencing == nil {
+		return 0, fmt.Errorf("%s's agent reports no fencing", node)
+	}
+	t := fencing.Timing{Watchdog: time.Duration(r.Fencing.WatchdogSeconds) * time.Second, Sanction: time.Duration(r.Fencing.SanctionSeconds) * time.Second}
+	return t.FenceWait(fencing.DefaultFenceMargin), nil
 }
 
 // watchTaint polls node's out-of-service taint until ctx ends and returns
