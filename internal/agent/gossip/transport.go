@@ -27,7 +27,7 @@ type countingTransport struct {
 	once    sync.Once
 	// cut drops what goes to or comes from an address it names (Config.Cut).
 	cut func(netip.Addr) bool
-	wg      sync.WaitGroup
+	wg  sync.WaitGroup
 
 	packetsSent, packetsReceived atomic.Uint64 // bytes
 	streamSent, streamReceived   atomic.Uint64 // bytes

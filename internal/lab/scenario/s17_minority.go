@@ -34,7 +34,7 @@ import (
 // Times are the API's.
 type S17MinorityResult struct {
 	// CutAt is the partition as the API dates it.
-	CutAt time.Time `json:"cutAt"`
+	CutAt time.Time         `json:"cutAt"`
 	Nodes []S17MinorityNode `json:"nodes"`
 	// MajorityResets are the majority's nodes their watchdog reset.
 	MajorityResets []string `json:"majorityResets,omitempty"`
