@@ -121,7 +121,7 @@ const s17QuietWindow = 3 * time.Minute
 // through the lane and the fencing wait after it.
 func TestS17NegativeLanes(t *testing.T) {
 	t.Parallel()
-	settle := fencing.DefaultTiming().FenceWait(fencing.DefaultFenceMargin) + 30*time.Second
+	settle := (fencing.DefaultTiming().FenceWait(fencing.DefaultFenceMargin) + 30*time.Second).Round(time.Second)
 	config(t, "s17_quiet_window", s17QuietWindow.Seconds(), "s")
 	config(t, "s17_quiet_settle", settle.Round(time.Second).Seconds(), "s")
 	for _, lane := range scenario.S17Lanes() {
