@@ -108,11 +108,6 @@ func TestS17StatefulPodFenced(t *testing.T) {
 	})
 }
 
-// s17QuietWindow is how long a negative lane's cut lasts: the control
-// plane's 3-minute outage, and as long for the others (past the node
-// grace, the fencing wait and the sanction window, many times over).
-const s17QuietWindow = 3 * time.Minute
-
 // TestS17NegativeLanes: what is not a dead node, played while every agent
 // fences and a stateful pod waits on node-3 under a Watchdog policy: the
 // control plane down for 3 minutes, S16's shape, S15's stall, an agent
@@ -122,15 +117,15 @@ const s17QuietWindow = 3 * time.Minute
 func TestS17NegativeLanes(t *testing.T) {
 	t.Parallel()
 	settle := (fencing.DefaultTiming().FenceWait(fencing.DefaultFenceMargin) + 30*time.Second).Round(time.Second)
-	config(t, "s17_quiet_window", s17QuietWindow.Seconds(), "s")
 	config(t, "s17_quiet_settle", settle.Round(time.Second).Seconds(), "s")
 	for _, lane := range scenario.S17Lanes() {
 		t.Run(lane.Name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testContext(t, s17QuietWindow+settle+8*time.Minute)
+			config(t, "s17_"+snakeCase(lane.Name)+"_window", lane.Window.Seconds(), "s")
+			ctx := testContext(t, lane.Window+settle+8*time.Minute)
 			c := startSandbox(t, s17Nodes, sandbox.DefaultTimings())
 			agents := startS17Rebound(ctx, t, c)
-			res, err := scenario.RunS17Quiet(ctx, c, scenario.NewTimeline(testWriter(t)), agents, lane, s17QuietWindow, settle)
+			res, err := scenario.RunS17Quiet(ctx, c, scenario.NewTimeline(testWriter(t)), agents, lane, settle)
 			if err != nil {
 				t.Fatal(err)
 			}

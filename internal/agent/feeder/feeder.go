@@ -71,6 +71,10 @@ type Feeder struct {
 	cfg     Config
 	started time.Duration
 
+	// apiMu orders the writes of the report: a report computed before a
+	// disarm is never written after the disarmed one.
+	apiMu sync.Mutex
+
 	mu  sync.Mutex
 	san *fencing.Sanction
 	// announced: a report showing this process's boot, timing and list
@@ -109,23 +113,45 @@ func New(cfg Config) (*Feeder, error) {
 }
 
 // Run feeds until ctx ends, then stops gracefully (Stop).
+//
+// The probes go out on their own ticker, never behind a call to the API:
+// an apiserver that is down, or slow to refuse, must not delay the
+// evidence that holds while it is (rule (b)), or an outage of the control
+// plane would starve every node's watchdog at once. The API's part of a
+// poll (the Lease, the document, the report) runs beside it, each call
+// bounded.
 func (f *Feeder) Run(ctx context.Context) error {
 	go f.serve(ctx)
 	feed := time.NewTicker(f.cfg.Timing.Watchdog / 10)
 	defer feed.Stop()
-	poll := time.NewTicker(f.cfg.Poll)
-	defer poll.Stop()
-	f.poll(ctx)
+	probe := time.NewTicker(f.cfg.Poll)
+	defer probe.Stop()
+	apiDone := make(chan struct{})
+	go func() {
+		defer close(apiDone)
+		poll := time.NewTicker(f.cfg.Poll)
+		defer poll.Stop()
+		for {
+			f.pollAPI(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-poll.C:
+			}
+		}
+	}()
+	f.probe()
 	for {
 		select {
 		case <-ctx.Done():
+			<-apiDone
 			stop, cancel := context.WithTimeout(context.Background(), f.cfg.Timing.Watchdog/2)
 			defer cancel()
 			return f.Stop(stop)
 		case <-feed.C:
 			f.Tick(ctx)
-		case <-poll.C:
-			f.poll(ctx)
+		case <-probe.C:
+			f.probe()
 		}
 	}
 }
@@ -185,6 +211,10 @@ func (f *Feeder) Stop(ctx context.Context) error {
 }
 
 func (f *Feeder) disarm(ctx context.Context, why string) error {
+	f.apiMu.Lock()
+	defer f.apiMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, f.apiTimeout())
+	defer cancel()
 	f.mu.Lock()
 	if f.device == nil {
 		f.mu.Unlock()
@@ -217,41 +247,65 @@ func (f *Feeder) disarm(ctx context.Context, why string) error {
 	return err
 }
 
-// poll reads the Lease, probes the members, follows the published list,
-// and writes the report and testimonies.
+// poll is one round of both parts, in turn: the API's (pollAPI), then
+// the probes, to the list it may just have followed. Run runs the two
+// apart.
 func (f *Feeder) poll(ctx context.Context) {
+	f.pollAPI(ctx)
+	f.probe()
+}
+
+// apiTimeout bounds each of a poll's calls to the API, so that a poll
+// ends, and the next starts, even while the apiserver does not answer.
+func (f *Feeder) apiTimeout() time.Duration { return max(f.cfg.Poll, f.cfg.Timing.Sanction/4) }
+
+// pollAPI reads the Lease, follows the published list, and writes the
+// report and testimonies.
+func (f *Feeder) pollAPI(ctx context.Context) {
+	f.apiMu.Lock()
+	defer f.apiMu.Unlock()
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, f.apiTimeout()) }
 	sent := f.cfg.BootClock()
-	if r, err := f.cfg.Leases.ReadLease(ctx); err == nil {
+	cctx, cancel := call()
+	r, err := f.cfg.Leases.ReadLease(cctx)
+	cancel()
+	if err == nil {
 		f.mu.Lock()
 		f.san.LeaseRead(sent, r)
 		f.mu.Unlock()
 	}
 	doc, ok := f.cfg.Document()
 	if ok {
-		f.follow(ctx, doc)
+		cctx, cancel := call()
+		f.follow(cctx, doc)
+		cancel()
 	}
-	f.probe()
 	f.mu.Lock()
-	r := f.reportLocked(f.device != nil, f.reason)
+	rep := f.reportLocked(f.device != nil, f.reason)
 	if ok {
-		r.Testimonies = f.testimoniesLocked(doc)
+		rep.Testimonies = f.testimoniesLocked(doc)
 	}
-	same := f.written != nil && sameReport(*f.written, r)
+	same := f.written != nil && sameReport(*f.written, rep)
 	f.mu.Unlock()
 	if !same {
-		if err := f.cfg.Reports.WriteFencing(ctx, r); err != nil {
+		cctx, cancel := call()
+		err := f.cfg.Reports.WriteFencing(cctx, rep)
+		cancel()
+		if err != nil {
 			f.cfg.Logger.Error("write the fencing report", "err", err)
 			return
 		}
 		f.mu.Lock()
-		f.written = &r
+		f.written = &rep
 		f.mu.Unlock()
 	}
 	f.mu.Lock()
 	announced := f.announced
 	f.mu.Unlock()
 	if !announced {
-		f.announce(ctx)
+		cctx, cancel := call()
+		f.announce(cctx)
+		cancel()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,12 +39,17 @@ func (d *device) Disarm() error          { d.mu.Lock(); d.disarmed = true; d.mu.
 func (d *device) Close() error           { d.mu.Lock(); d.closed = true; d.mu.Unlock(); return nil }
 
 type leases struct {
-	mu  sync.Mutex
-	rt  string
-	err error
+	mu   sync.Mutex
+	rt   string
+	err  error
+	hang atomic.Bool // every read blocks until its context ends
 }
 
-func (l *leases) ReadLease(context.Context) (fencing.Renewal, error) {
+func (l *leases) ReadLease(ctx context.Context) (fencing.Renewal, error) {
+	if l.hang.Load() {
+		<-ctx.Done()
+		return fencing.Renewal{}, ctx.Err()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return fencing.Renewal{RenewTime: l.rt, Holder: "x"}, l.err
@@ -54,9 +60,14 @@ type reports struct {
 	stored *v1alpha1.FencingReport
 	writes int
 	err    error
+	hang   atomic.Bool // every call blocks until its context ends
 }
 
-func (r *reports) WriteFencing(_ context.Context, rep v1alpha1.FencingReport) error {
+func (r *reports) WriteFencing(ctx context.Context, rep v1alpha1.FencingReport) error {
+	if r.hang.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil {
@@ -67,7 +78,11 @@ func (r *reports) WriteFencing(_ context.Context, rep v1alpha1.FencingReport) er
 	return nil
 }
 
-func (r *reports) ReadFencing(context.Context) (*v1alpha1.FencingReport, error) {
+func (r *reports) ReadFencing(ctx context.Context) (*v1alpha1.FencingReport, error) {
+	if r.hang.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil {
@@ -282,5 +297,49 @@ func TestFeederKeepsItsListOnTheHost(t *testing.T) {
 	}
 	if l, err := loadList(filepath.Join(t.TempDir(), "none")); err != nil || l.Number != 0 {
 		t.Fatalf("no file: %+v, %v; want an empty list", l, err)
+	}
+}
+
+// TestFeederProbesWhileTheAPIHangs: an apiserver that is down behind a
+// path that never answers (or a client that retries) must not hold back
+// the probes: with every API call hanging, the members' answers alone
+// keep the node sanctioned and its watchdog fed, well past T. A loop that
+// probed only after its Lease read returned starved every node's watchdog
+// in a control-plane outage.
+func TestFeederProbesWhileTheAPIHangs(t *testing.T) {
+	clk := &clock{now: time.Hour}
+	doc := &fencing.Document{List: fencing.List{Number: 1, Members: []string{"a", "b", "c"}}}
+	agents := lab(t, clk, doc, "a", "b", "c")
+	a := agents["a"]
+	pollAll(t, agents, true)
+	a.f.Tick(context.Background())
+	if !a.f.Armed() {
+		t.Fatal("not armed once a majority answered")
+	}
+	a.leases.hang.Store(true)
+	a.reports.hang.Store(true)
+	a.f.cfg.Poll = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.f.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for step := range 5 {
+		clk.add(4 * time.Second) // 20 s in all, past T (16 s)
+		a.dev.mu.Lock()
+		feeds := a.dev.feeds
+		a.dev.mu.Unlock()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			a.dev.mu.Lock()
+			fed := a.dev.feeds > feeds
+			a.dev.mu.Unlock()
+			if fed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("step %d (%s past the API's hang): the watchdog was not fed while a majority answers", step, time.Duration(step+1)*4*time.Second)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }

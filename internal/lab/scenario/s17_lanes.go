@@ -27,7 +27,10 @@ type S17Lane struct {
 	Name string
 	// Describe says what the lane does, for people.
 	Describe string
-	play     func(ctx context.Context, env s17Env) error
+	// Window is how long its cut lasts: past the node grace (50 s), the
+	// fencing wait (T + 2W + margin) and the sanction window T, with room.
+	Window time.Duration
+	play   func(ctx context.Context, env s17Env) error
 }
 
 type s17Env struct {
@@ -46,11 +49,10 @@ type S17QuietResult struct {
 	Resets []string
 }
 
-// S17Lanes are the negative lanes. window is how long a cut lasts (the
-// control plane's outage: 3 minutes).
+// S17Lanes are the negative lanes.
 func S17Lanes() []S17Lane {
 	return []S17Lane{
-		{Name: "ControlPlaneDown", Describe: "the kube-apiserver stops for the window: every kubelet, agent and the controller lose the API at once", play: func(ctx context.Context, env s17Env) error {
+		{Name: "ControlPlaneDown", Window: 3 * time.Minute, Describe: "the kube-apiserver stops for the window: every kubelet, agent and the controller lose the API at once", play: func(ctx context.Context, env s17Env) error {
 			env.tl.Step("kube-apiserver stops for %s", env.window)
 			if err := env.c.StopComponent(sandbox.APIServer, 5*time.Second); err != nil {
 				return err
@@ -61,7 +63,7 @@ func S17Lanes() []S17Lane {
 			env.tl.Step("kube-apiserver starts again")
 			return env.c.StartComponent(ctx, sandbox.APIServer)
 		}},
-		{Name: "OneNodeReachesTheAPI", Describe: "S16's shape: node-0's kubelet and agent keep the API, the workers' lose it for the window; gossip goes on", play: func(ctx context.Context, env s17Env) error {
+		{Name: "OneNodeReachesTheAPI", Window: 2 * time.Minute, Describe: "S16's shape: node-0's kubelet and agent keep the API, the workers' lose it for the window; gossip goes on", play: func(ctx context.Context, env s17Env) error {
 			workers := slices.DeleteFunc(slices.Sorted(maps.Keys(env.agents)), func(n string) bool { return n == "node-0" })
 			env.tl.Step("the kubelets and agents of %v lose the API for %s; node-0 keeps it", workers, env.window)
 			for _, n := range workers {
@@ -86,7 +88,7 @@ func S17Lanes() []S17Lane {
 			}
 			return nil
 		}},
-		{Name: "Stall", Describe: "S15's stall: every kubelet loses the API for the window, the agents keep it", play: func(ctx context.Context, env s17Env) error {
+		{Name: "Stall", Window: 2 * time.Minute, Describe: "S15's stall: every kubelet loses the API for the window, the agents keep it", play: func(ctx context.Context, env s17Env) error {
 			env.tl.Step("every kubelet loses the API for %s; the agents keep it", env.window)
 			for _, n := range env.c.NodeNames {
 				if err := env.c.StopNode(ctx, n); err != nil {
@@ -117,7 +119,7 @@ func S17Lanes() []S17Lane {
 			}
 			return nil
 		}},
-		{Name: "MemberDown", Describe: "node-3's member is down (its agent stopped) and its Lease stalls for the window, while its host answers", play: func(ctx context.Context, env s17Env) error {
+		{Name: "MemberDown", Window: 2 * time.Minute, Describe: "node-3's member is down (its agent stopped) and its Lease stalls for the window, while its host answers", play: func(ctx context.Context, env s17Env) error {
 			a := env.agents["node-3"]
 			env.tl.Step("node-3's agent stops (SIGTERM) and its Lease stalls for %s; its host answers", env.window)
 			a.Stop()
@@ -139,7 +141,7 @@ func S17Lanes() []S17Lane {
 // RunS17Quiet plays lane on a sandbox where every agent fences (S17's
 // setup): the stateful pod on node-3, the lane, then settle (the fencing
 // wait and more) watching on; it counts the taints and the resets.
-func RunS17Quiet(ctx context.Context, c *sandbox.Cluster, tl *Timeline, agents map[string]*GossipAgent, lane S17Lane, window, settle time.Duration) (S17QuietResult, error) {
+func RunS17Quiet(ctx context.Context, c *sandbox.Cluster, tl *Timeline, agents map[string]*GossipAgent, lane S17Lane, settle time.Duration) (S17QuietResult, error) {
 	var res S17QuietResult
 	tl.Step("wait until every agent reports its watchdog armed")
 	if err := WaitFencingArmed(ctx, c, agents, 2*time.Minute); err != nil {
@@ -152,7 +154,7 @@ func RunS17Quiet(ctx context.Context, c *sandbox.Cluster, tl *Timeline, agents m
 	tainted := watchOutOfService(wctx, c)
 	defer stop()
 	tl.Step("lane %s: %s", lane.Name, lane.Describe)
-	if err := lane.play(ctx, s17Env{c: c, tl: tl, agents: agents, window: window}); err != nil {
+	if err := lane.play(ctx, s17Env{c: c, tl: tl, agents: agents, window: lane.Window}); err != nil {
 		return res, err
 	}
 	tl.Step("settle: watch on for %s", settle)
