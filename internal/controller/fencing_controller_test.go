@@ -292,3 +292,182 @@ func TestFencingHolds(t *testing.T) {
 		})
 	}
 }
+
+// fencedAndBack puts node-3 in the state after a verified fence of boot
+// node-3-b1 (rebound's taint added at taintAt, or without timeAdded when
+// taintAt is zero) and brings it back on boot node-3-b2, Ready or not;
+// the fixture's own pods go, and pods become node-3's pods.
+func fencedAndBack(t *testing.T, f *fencingFixture, taintAt time.Time, ours, ready bool, pods ...*corev1.Pod) {
+	t.Helper()
+	n := f.node(t, "node-3")
+	taint := corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: fencing.OutOfServiceValue, Effect: corev1.TaintEffectNoExecute}
+	if !taintAt.IsZero() {
+		taint.TimeAdded = ptrTo(metav1.NewTime(taintAt))
+	}
+	n.Spec.Taints = []corev1.Taint{taint}
+	if ours {
+		n.Annotations = map[string]string{fencing.AnnotationFencedBoot: "node-3-b1", fencing.AnnotationVerified: "node-3-1-x"}
+	}
+	n.Status.NodeInfo.BootID = "node-3-b2"
+	if ready {
+		n.Status.Conditions[0].Status = corev1.ConditionTrue
+	}
+	f.setNode(t, n)
+	for _, p := range [][2]string{{"db", "db-0"}, {"kube-system", "agent-node-3"}} {
+		if err := f.api.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), p[0], p[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range pods {
+		p.Spec.NodeName = "node-3"
+		if err := f.api.Tracker().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.verdict["node-3"] = liveness.NodeVerdict{Verdict: liveness.Alive, LeaseRenewSeen: now}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestAttackUntaintOldPods: rows from an independent attack on the
+// removal of rebound's taint (a pod that tolerates the taint is not an
+// old pod; a Hold while old pods remain asks to be checked again). Each
+// row: node-3 fenced on boot b1, back on b2, and one pod bound to it.
+func TestAttackUntaintOldPods(t *testing.T) {
+	taintAt := now.Add(10 * time.Second) // whole seconds, as apply writes it
+	stsPod := func(name string, created time.Time, tols ...corev1.Toleration) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: name, CreationTimestamp: metav1.NewTime(created),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "sts-db", Controller: ptrTo(true)}}},
+			Spec: corev1.PodSpec{Tolerations: tols,
+				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-" + name}}}}}}
+	}
+	old := now.Add(-time.Hour)
+	oos := corev1.TaintNodeOutOfService
+	for _, tc := range []struct {
+		name    string
+		taintAt time.Time
+		ours    bool
+		ready   bool
+		pod     *corev1.Pod
+		untaint bool
+	}{
+		{"control: no pod left, Ready on a new boot: untainted", taintAt, true, true, nil, true},
+		{"an old StatefulSet pod that does not tolerate the taint: held", taintAt, true, true, stsPod("db-0", old), false},
+		// The rows that hold: a pod that tolerates the taint is admitted
+		// by the new boot's kubelet with or without the taint, so the
+		// taint never kept it from running again; and while its object
+		// remains (not Terminating) no StatefulSet replacement of the same
+		// name can exist; once Terminating, no kubelet starts it.
+		{"an old StatefulSet pod that tolerates everything (Exists, no key): untainted, the taint never barred it", taintAt, true, true,
+			stsPod("db-0", old, corev1.Toleration{Operator: corev1.TolerationOpExists}), true},
+		{"an old StatefulSet pod that tolerates out-of-service:NoExecute: untainted", taintAt, true, true,
+			stsPod("db-0", old, corev1.Toleration{Key: oos, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}), true},
+		{"an old StatefulSet pod that tolerates it for 0 s (upstream evicts it at once): untainted, it is Terminating or gone by then", taintAt, true, true,
+			stsPod("db-0", old, corev1.Toleration{Key: oos, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptrTo(int64(0))}), true},
+		{"an old StatefulSet pod that tolerates it for 300 s: untainted, the new boot's kubelet admits it whatever the taint (tolerationSeconds is upstream's eviction timer only)", taintAt, true, true,
+			stsPod("db-0", old, corev1.Toleration{Key: oos, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptrTo(int64(300))}), true},
+		{"a toleration of out-of-service:NoSchedule only does not tolerate NoExecute: held", taintAt, true, true,
+			stsPod("db-0", old, corev1.Toleration{Key: oos, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}), false},
+		{"a toleration of another value does not tolerate nodeshutdown: held", taintAt, true, true,
+			stsPod("db-0", old, corev1.Toleration{Key: oos, Operator: corev1.TolerationOpEqual, Value: "other", Effect: corev1.TaintEffectNoExecute}), false},
+		{"a toleration with operator Gt (comparison operators off) tolerates nothing: held", taintAt, true, true,
+			stsPod("db-0", old, corev1.Toleration{Key: oos, Operator: "Gt", Value: "1", Effect: corev1.TaintEffectNoExecute}), false},
+		{"an old pod Terminating, held by a finalizer: held", taintAt, true, true, func() *corev1.Pod {
+			p := stsPod("db-0", old)
+			p.DeletionTimestamp, p.DeletionGracePeriodSeconds, p.Finalizers = ptrTo(metav1.NewTime(taintAt)), ptrTo(int64(0)), []string{"example.com/hold"}
+			return p
+		}(), false},
+		// creationTimestamp and timeAdded are both whole seconds: a pod
+		// created in the taint's own second, before it, is not counted.
+		// It was bound to a node already proven reset, so it never ran on
+		// the fenced boot and has no replacement while it exists.
+		{"a pod created in the taint's own second is not old (letter of the rule, harmless)", taintAt, true, true, stsPod("db-0", taintAt), true},
+		{"a taint without timeAdded: every pod that does not tolerate it is old, even one created since: held", time.Time{}, true, true, stsPod("db-0", taintAt.Add(time.Hour)), false},
+		{"a taint without timeAdded: a pod that tolerates it does not hold it", time.Time{}, true, true,
+			stsPod("db-0", old, corev1.Toleration{Operator: corev1.TolerationOpExists}), true},
+		{"a person's taint (no annotation) is never taken off", taintAt, false, true, nil, false},
+		{"back on a new boot but not Ready: held", taintAt, true, false, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFencingFixture(t, true)
+			var pods []*corev1.Pod
+			if tc.pod != nil {
+				pods = append(pods, tc.pod)
+			}
+			fencedAndBack(t, f, tc.taintAt, tc.ours, tc.ready, pods...)
+			res := f.pass(t)
+			n := f.node(t, "node-3")
+			if got := !hasOutOfService(n); got != tc.untaint {
+				t.Fatalf("untainted %v, want %v (taints %v, annotations %v)", got, tc.untaint, n.Spec.Taints, n.Annotations)
+			}
+			if !tc.untaint && tc.ours && (res.RequeueAfter <= 0 || res.RequeueAfter > 2*time.Second) {
+				t.Fatalf("held, requeue after %s: want a look again within 2 s", res.RequeueAfter)
+			}
+		})
+	}
+}
+
+// TestAttackHeldOnANewBootStillReadsFenced: node-3 fenced on boot b1 is back
+// on boot b2 but not Ready (or an old pod remains): the reconciler holds the
+// taint and its verification, so rescue.Fenced still says the node is
+// fenced, though nothing proved boot b2 stopped. b2's kubelet runs every pod
+// that tolerates the taint; if b2 falls silent the recovery reconciler
+// force-deletes them on b1's proof (pkg/rescue TestAttackFenceOfTheFencedBootOnly).
+func TestAttackHeldOnANewBootStillReadsFenced(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ready bool
+		pod   *corev1.Pod
+	}{
+		{"not Ready on the new boot", false, nil},
+		{"Ready on the new boot, an old pod stuck Terminating", true, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "db-0",
+			CreationTimestamp: metav1.NewTime(now.Add(-time.Hour)), DeletionTimestamp: ptrTo(metav1.NewTime(now)), Finalizers: []string{"example.com/hold"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFencingFixture(t, true)
+			var pods []*corev1.Pod
+			if tc.pod != nil {
+				pods = append(pods, tc.pod)
+			}
+			fencedAndBack(t, f, now.Add(10*time.Second), true, tc.ready, pods...)
+			f.pass(t)
+			n := f.node(t, "node-3")
+			if !hasOutOfService(n) {
+				t.Fatal("setup: the taint came off")
+			}
+			if rescue.Fenced(n) {
+				t.Fatalf("attack: node-3 runs boot %s, the fence was of boot %s, and rescue.Fenced still says fenced (annotations %v)",
+					n.Status.NodeInfo.BootID, n.Annotations[fencing.AnnotationFencedBoot], n.Annotations)
+			}
+		})
+	}
+}
+
+// TestAttackStuckOldPodPollsForever: an old pod that never goes (a finalizer
+// nobody removes) keeps the Hold's 2 s look-again, with no backoff: every
+// pass re-reads the Node and Lease and LISTs the node's pods across all
+// namespaces without a resourceVersion (a quorum read). Load, not safety.
+func TestAttackStuckOldPodPollsForever(t *testing.T) {
+	f := newFencingFixture(t, true)
+	stuck := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "db-0",
+		CreationTimestamp: metav1.NewTime(now.Add(-time.Hour)), DeletionTimestamp: ptrTo(metav1.NewTime(now)), Finalizers: []string{"example.com/hold"}}}
+	fencedAndBack(t, f, now.Add(10*time.Second), true, true, stuck)
+	f.api.ClearActions()
+	var res ctrl.Result
+	for elapsed := time.Duration(0); elapsed < time.Hour; elapsed += res.RequeueAfter {
+		res = f.pass(t)
+		if res.RequeueAfter <= 0 {
+			t.Fatalf("no requeue after %s", elapsed)
+		}
+		f.advance(res.RequeueAfter)
+	}
+	lists := 0
+	for _, a := range f.api.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "pods" {
+			lists++
+		}
+	}
+	if res.RequeueAfter < time.Minute {
+		t.Fatalf("attack: after an hour held on a stuck old pod, still looking again every %s (%d quorum LISTs of pods in the hour)", res.RequeueAfter, lists)
+	}
+}
