@@ -306,9 +306,12 @@ func (r *FencingReconciler) input(ctx context.Context, name string, reports []v1
 		}
 		for _, p := range pods.Items {
 			// A pod that tolerates the taint (a node agent's DaemonSet
-			// pod) is never evicted by it nor moved elsewhere: the node's
-			// next boot runs it again, and it cannot run twice. Only the
-			// pods the taint is for must be gone.
+			// pod) is run by the node's next boot whether the taint is on
+			// or not, so the taint never kept it off; and while its object
+			// exists and is not being deleted, no replacement of it can
+			// (a StatefulSet needs the name free, a ReplicaSet replaces
+			// only a pod that is going). Only the pods the taint is for
+			// must be gone.
 			if (t.TimeAdded == nil || p.CreationTimestamp.Time.Before(t.TimeAdded.Time)) && !toleratesTaint(&p, t) {
 				in.OldPods++
 			}

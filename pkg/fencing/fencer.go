@@ -140,6 +140,11 @@ type Fencer struct {
 
 	round *round
 	seq   int
+	// recheck is how long the Fencer last asked to wait before looking
+	// again at a node back on a new boot that is not ready for the taint
+	// to come off: it doubles, so that an old pod stuck for hours costs a
+	// read every few minutes, not every few seconds.
+	recheck time.Duration
 }
 
 type round struct {
@@ -298,9 +303,17 @@ func (f *Fencer) witnesses(l List, id string, need time.Duration, ts []Testimony
 	return got, missing
 }
 
-// untaintRecheck is how often a node back on a new boot is looked at
-// again while its old pods go.
-const untaintRecheck = 2 * time.Second
+// untaintRecheck and maxUntaintRecheck bound how long a node back on a
+// new boot waits before it is looked at again while its old pods go.
+const (
+	untaintRecheck    = 2 * time.Second
+	maxUntaintRecheck = 5 * time.Minute
+)
+
+func (f *Fencer) backoff() time.Duration {
+	f.recheck = min(max(2*f.recheck, untaintRecheck), maxUntaintRecheck)
+	return f.recheck
+}
 
 func (f *Fencer) untaint(in Input) Step {
 	boot := in.FencedBoot
@@ -315,12 +328,12 @@ func (f *Fencer) untaint(in Input) Step {
 	case in.Read.BootID == boot:
 		return Step{Action: Hold, Reason: "fenced; the node has not come back on a new boot"}
 	case !in.Ready:
-		return Step{Action: Hold, Reason: "fenced; back on a new boot but not Ready", NextCheck: in.Now + untaintRecheck}
+		return Step{Action: Hold, Reason: "fenced; back on a new boot but not Ready", NextCheck: in.Now + f.backoff()}
 	case in.OldPods > 0:
 		// Nothing the reconciler watches changes when the last old pod
 		// goes: look again.
-		return Step{Action: Hold, Reason: fmt.Sprintf("fenced; %d of its old pods remain", in.OldPods), NextCheck: in.Now + untaintRecheck}
+		return Step{Action: Hold, Reason: fmt.Sprintf("fenced; %d of its old pods remain", in.OldPods), NextCheck: in.Now + f.backoff()}
 	}
-	f.round = nil
+	f.round, f.recheck = nil, 0
 	return Step{Action: Untaint, Reason: "back on a new boot, Ready, and none of its old pods remain"}
 }

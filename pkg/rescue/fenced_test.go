@@ -25,9 +25,11 @@ func TestFenced(t *testing.T) {
 			[]corev1.Taint{outOfService}, map[string]string{fencing.AnnotationFencedBoot: "b1", fencing.AnnotationVerified: "node-3-1"}, true},
 		{"a verification without the taint is not",
 			nil, map[string]string{fencing.AnnotationFencedBoot: "b1", fencing.AnnotationVerified: "node-3-1"}, false},
+		{"rebound's verified taint of an earlier boot is not (the node runs b2)",
+			[]corev1.Taint{outOfService}, map[string]string{fencing.AnnotationFencedBoot: "b0", fencing.AnnotationVerified: "node-3-1"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := &corev1.Node{Spec: corev1.NodeSpec{Taints: tc.taints}}
+			n := &corev1.Node{Spec: corev1.NodeSpec{Taints: tc.taints}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "b1"}}}
 			n.Annotations = tc.annotations
 			if got := Fenced(n); got != tc.want {
 				t.Fatalf("Fenced = %v, want %v", got, tc.want)

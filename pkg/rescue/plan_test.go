@@ -240,6 +240,7 @@ func TestPlanFor(t *testing.T) {
 				w.s.Policies[0].Spec.Fencing.Mode = v1alpha1.Watchdog
 				w.s.Nodes[2].Spec.Taints = []corev1.Taint{outOfService()}
 				w.s.Nodes[2].Annotations = map[string]string{fencing.AnnotationFencedBoot: "b1", fencing.AnnotationVerified: "node-2-1"}
+				w.s.Nodes[2].Status.NodeInfo.BootID = "b1"
 				w.pod("etcd-0", "node-2", "StatefulSet", "etcd")
 				return w
 			},

@@ -315,18 +315,22 @@ func IsFencingTaint(t *corev1.Taint) bool {
 // Fenced reports whether a node is fenced: it carries the fencing taint,
 // and if rebound put it there (fencing.AnnotationFencedBoot), rebound's
 // re-read after the taint found nothing changed
-// (fencing.AnnotationVerified). A person's taint is proof at once; a
-// rebound taint not verified yet is not.
+// (fencing.AnnotationVerified) and the node still runs the boot that was
+// fenced. A person's taint is proof at once; a rebound taint not verified
+// yet is not, nor one of an earlier boot: a node back on a new boot runs
+// every pod that tolerates the taint, and nothing has proven that boot
+// stopped.
 func Fenced(n *corev1.Node) bool {
 	tainted := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return IsFencingTaint(&t) })
 	if !tainted {
 		return false
 	}
-	if _, ours := n.Annotations[fencing.AnnotationFencedBoot]; !ours {
+	boot, ours := n.Annotations[fencing.AnnotationFencedBoot]
+	if !ours {
 		return true
 	}
 	_, verified := n.Annotations[fencing.AnnotationVerified]
-	return verified
+	return verified && boot == n.Status.NodeInfo.BootID
 }
 
 // readyCondition reads a node's Ready condition. A node is NotReady when

@@ -110,6 +110,11 @@ func testNode(ready bool, taints ...corev1.Taint) *corev1.Node {
 	}
 }
 
+func booted(n *corev1.Node, boot string) *corev1.Node {
+	n.Status.NodeInfo.BootID = boot
+	return n
+}
+
 func annotated(n *corev1.Node, key, value string) *corev1.Node {
 	if n.Annotations == nil {
 		n.Annotations = map[string]string{}
@@ -146,7 +151,7 @@ func TestDeleteRereadsNode(t *testing.T) {
 		{"force: taint removed since the plan", force, testNode(false), rescue.ResultRefused, "is not fenced"},
 		{"force: out-of-service NoSchedule only", force, testNode(false, outOfServiceNoSchedule), rescue.ResultRefused, "is not fenced"},
 		{"force: rebound's own taint, not verified by its re-read", force, annotated(testNode(false, fenced), fencing.AnnotationFencedBoot, "b1"), rescue.ResultRefused, "is not fenced"},
-		{"force: rebound's own taint, verified", force, annotated(annotated(testNode(false, fenced), fencing.AnnotationFencedBoot, "b1"), fencing.AnnotationVerified, "node-3-1"), rescue.ResultSucceeded, "force-deleted"},
+		{"force: rebound's own taint, verified", force, booted(annotated(annotated(testNode(false, fenced), fencing.AnnotationFencedBoot, "b1"), fencing.AnnotationVerified, "node-3-1"), "b1"), rescue.ResultSucceeded, "force-deleted"},
 		{"force: fenced", force, testNode(false, fenced), rescue.ResultSucceeded, "force-deleted"},
 		{"force: fenced but Ready again", force, testNode(true, fenced), rescue.ResultRefused, "is Ready again"},
 		{"force: node gone", force, nil, rescue.ResultRefused, "gone from the API"},
