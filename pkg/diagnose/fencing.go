@@ -279,17 +279,17 @@ func (e *explainer) fencingNode(n *corev1.Node, rep *v1alpha1.FencingReport) Fen
 		}
 		fn.TaintedBy, fn.FencedBootID, fn.VerifiedRound = "rebound", boot, n.Annotations[fencing.AnnotationVerified]
 		fn.WaitingFor = e.untaintWaits(n, t, boot)
-		waits := "nothing left: the controller takes it off on its next pass"
+		waits := "waits for nothing more: the controller takes it off on its next pass"
 		if len(fn.WaitingFor) > 0 {
 			waits = "waits for " + strings.Join(fn.WaitingFor, ", ")
 		}
 		if fn.VerifiedRound != "" {
 			fn.State = "Fenced"
-			fn.Reason = fmt.Sprintf("fenced by rebound (boot %s), verified by round %s: its stateful pods may be force-deleted; the taint %s to come off", boot, fn.VerifiedRound, waits)
+			fn.Reason = fmt.Sprintf("fenced by rebound (boot %s), verified by round %s: its stateful pods may be force-deleted; to come off, the taint %s", boot, fn.VerifiedRound, waits)
 		} else {
 			fn.State = "Tainted"
 			fn.Reason = fmt.Sprintf("tainted by rebound (boot %s), not verified: nothing is force-deleted until a re-read after the taint finds nothing changed "+
-				"(a controller that did not put it never verifies it); the taint %s to come off", boot, waits)
+				"(a controller that did not put it never verifies it); to come off, the taint %s", boot, waits)
 		}
 		return fn
 	}
