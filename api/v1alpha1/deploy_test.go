@@ -402,6 +402,28 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	if len(clusterRoles["rebound-diagnose"].Rules) == 0 {
 		t.Error("ClusterRole rebound-diagnose has no rules")
 	}
+	// Its Roles in rebound-system read ConfigMaps by name only; the
+	// fencing document is got, nothing more.
+	for _, name := range []string{"rebound-diagnose-peering", "rebound-diagnose-fencing"} {
+		role, ok := roles[systemNamespace+"/"+name]
+		if !ok {
+			t.Fatalf("Role %s/%s not found", systemNamespace, name)
+		}
+		for i, r := range role.Rules {
+			for _, v := range r.Verbs {
+				if !readOnly.Has(v) {
+					t.Errorf("Role %s rule %d has verb %q: it must only read", name, i, v)
+				}
+			}
+			if !slices.Equal(r.Resources, []string{"configmaps"}) || len(r.ResourceNames) == 0 {
+				t.Errorf("Role %s rule %d: %v %v, want configmaps by name", name, i, r.Resources, r.ResourceNames)
+			}
+		}
+	}
+	if got := roles[systemNamespace+"/rebound-diagnose-fencing"].Rules; len(got) != 1 || !slices.Equal(got[0].Verbs, []string{"get"}) ||
+		!slices.Equal(got[0].ResourceNames, []string{"rebound-fencing"}) {
+		t.Errorf("Role rebound-diagnose-fencing rules = %+v, want get on configmaps [rebound-fencing]", got)
+	}
 
 	// rebound-controller and rebound-leader-election grant exactly the
 	// calls the controller's code makes: internal/controller/rbac_test.go
@@ -447,6 +469,8 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		"rebound-controller=rebound-system/rebound",
 		"rebound-leader-election=rebound-system/rebound",
 		"rebound-diagnose=rebound-system/rebound-diagnose",
+		"rebound-diagnose-peering=rebound-system/rebound-diagnose",
+		"rebound-diagnose-fencing=rebound-system/rebound-diagnose",
 	} {
 		if !bound.Has(b) {
 			t.Errorf("missing binding %s", b)

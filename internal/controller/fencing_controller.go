@@ -37,7 +37,7 @@ import (
 
 // DefaultFencingDocument is the ConfigMap, in the controller's namespace,
 // that carries the fencing document for the agents.
-const DefaultFencingDocument = "rebound-fencing"
+const DefaultFencingDocument = fencing.DefaultDocumentName
 
 // Events of the fencing reconciler.
 const (

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"rebound/api/v1alpha1"
+	"rebound/pkg/fencing"
 	"rebound/pkg/liveness"
 	"rebound/pkg/peering"
 	"rebound/pkg/peering/kube"
@@ -68,6 +69,17 @@ type Extra struct {
 	// (StrandedPodDeleted, StrandedPodForceDeleted); the policies'
 	// status.lastActions are read from the snapshot.
 	DeleteRecords []rescue.DeleteRecord
+	// FencingReports are the agents' fencing blocks (PeeringReport
+	// .fencing), by node; a node whose agent has none is absent.
+	FencingReports map[string]*v1alpha1.FencingReport
+	// FencingEvents are the fencing reconciler's Events about Nodes
+	// (FencingTainted, FencingVerified, ...), as listed.
+	FencingEvents []FencingEvent
+	// FencingDocument is the published fencing document, nil when it
+	// could not be read or is not published; FencingDocumentState says
+	// which (see FencingDocumentState's values).
+	FencingDocument      *fencing.Document
+	FencingDocumentState string
 }
 
 // everyPodPolicy selects every pod. A second plan under it gives the
@@ -153,6 +165,7 @@ func Explain(s rescue.Snapshot, x Extra) Report {
 		Workloads:    []Workload{},
 		Liveness:     e.liveness(),
 		Unreachable:  e.unreachable(),
+		Fencing:      e.fencing(),
 		Policies:     []Policy{},
 		Warnings:     []string{},
 	}

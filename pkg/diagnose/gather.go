@@ -31,7 +31,9 @@ import (
 	"rebound/pkg/rescue"
 )
 
-// Clients are what Gather reads with. Gather only ever calls List.
+// Clients are what Gather reads with. Gather only ever calls List, and
+// Get for the one object it reads by name (the fencing document, whose
+// Role grants get on it alone).
 type Clients struct {
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
@@ -114,8 +116,14 @@ func Gather(ctx context.Context, c Clients, now time.Time) (rescue.Snapshot, Ext
 		s.Liveness.LeaseRenewTimes = kube.LeaseRenewTimes(nodeLeases.Items)
 	}
 
-	if err := gatherDeleteEvents(ctx, c, &x); err != nil {
+	eventsForbidden, err := gatherDeleteEvents(ctx, c, &x)
+	if err != nil {
 		return fail(err)
+	}
+	if fencingInView(s.Nodes, x.FencingReports) {
+		if err := gatherFencing(ctx, c, &x, eventsForbidden); err != nil {
+			return fail(err)
+		}
 	}
 
 	s.Policies, err = listPolicies(ctx, c)
@@ -166,14 +174,29 @@ func listAll[L any, T any](ctx context.Context, c Clients, what string,
 // the CRD or the ConfigMap, or without the right to read them, diagnose
 // explains BGP from the node labels alone and says so.
 func gatherPeering(ctx context.Context, c Clients, x *Extra) error {
-	reports, skipped, err := kube.ListReports(ctx, c.Dynamic, pageSize)
+	objs, skipped, err := kube.ListReportObjects(ctx, c.Dynamic, pageSize)
 	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
 		x.Warnings = append(x.Warnings, fmt.Sprintf("cannot list peeringreports.rebound.dev (%s): BGP sessions unknown", apierrors.ReasonForError(err)))
 	case err != nil:
 		return describe(c, "peeringreports.rebound.dev", err)
 	}
-	x.PeeringReports = reports
+	for i := range objs {
+		// The fencing block is kept even when the rest of the report is
+		// unreadable: the agent's watchdog state does not depend on it.
+		if f := objs[i].Fencing; f != nil {
+			if x.FencingReports == nil {
+				x.FencingReports = map[string]*v1alpha1.FencingReport{}
+			}
+			x.FencingReports[objs[i].Name] = f
+		}
+		r, err := kube.ReportFromAPI(&objs[i])
+		if err != nil {
+			skipped = append(skipped, fmt.Errorf("PeeringReport %s unreadable: %w", objs[i].Name, err))
+			continue
+		}
+		x.PeeringReports = append(x.PeeringReports, r)
+	}
 	for _, e := range skipped {
 		x.Warnings = append(x.Warnings, e.Error())
 	}
@@ -202,7 +225,8 @@ func gatherPeering(ctx context.Context, c Clients, x *Extra) error {
 // its UID, as its regarding or related object), listed by reason. Without
 // the right to list Events, who deleted a pod is read from the policies'
 // status.lastActions alone, and a warning says so.
-func gatherDeleteEvents(ctx context.Context, c Clients, x *Extra) error {
+// It reports whether listing Events was forbidden.
+func gatherDeleteEvents(ctx context.Context, c Clients, x *Extra) (forbidden bool, err error) {
 	for _, reason := range []string{rescue.ActionDelete.EventReason(), rescue.ActionForceDelete.EventReason()} {
 		opts := metav1.ListOptions{Limit: pageSize, FieldSelector: "reason=" + reason}
 		for {
@@ -210,9 +234,9 @@ func gatherDeleteEvents(ctx context.Context, c Clients, x *Extra) error {
 			switch {
 			case apierrors.IsForbidden(err):
 				x.Warnings = append(x.Warnings, "cannot list Events: who deleted a pod is read from the RecoveryPolicies' status.lastActions alone (grant the rebound-diagnose ClusterRole from deploy/rbac)")
-				return nil
+				return true, nil
 			case err != nil:
-				return describe(c, "events", err)
+				return false, describe(c, "events", err)
 			}
 			for i := range l.Items {
 				if r, ok := deleteRecord(&l.Items[i], reason); ok {
@@ -225,7 +249,7 @@ func gatherDeleteEvents(ctx context.Context, c Clients, x *Extra) error {
 			opts.Continue = l.Continue
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // deleteRecord reads one of rebound's delete Events, of the reason

@@ -75,6 +75,10 @@ type Report struct {
 	// Unreachable lists the nodes rebound marks, or would mark, dead on
 	// both planes (rebound.dev/unreachable), sorted by node.
 	Unreachable []UnreachableNode `json:"unreachable"`
+	// Fencing is watchdog self-fencing per node (docs/fencing.md): every
+	// node whose agent reports fencing or that carries
+	// node.kubernetes.io/out-of-service. Absent when there is none.
+	Fencing *Fencing `json:"fencing,omitempty"`
 	// EarlyDetection says which nodes the API has Ready could not be
 	// found dead early, on both planes, and why.
 	EarlyDetection EarlyDetection `json:"earlyDetection"`

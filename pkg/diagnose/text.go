@@ -125,6 +125,13 @@ func WriteText(w io.Writer, r Report) error {
 		}
 	}
 
+	if f := r.Fencing; f != nil {
+		p.section("Fencing (" + fencingHeader(f) + ")")
+		for _, n := range f.Nodes {
+			p.wrapped("  ", n.Node+": "+fencingLine(n, r.Time))
+		}
+	}
+
 	if ed := r.EarlyDetection; ed.Status != "" && ed.Status != "NotInUse" {
 		p.section("Early detection (dead on both planes while the API has the node Ready)")
 		p.wrapped("  ", ed.Message)
@@ -321,4 +328,47 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
+}
+
+// fencingHeader says what the published document holds.
+func fencingHeader(f *Fencing) string {
+	switch f.Document {
+	case FencingDocumentPublished:
+		return fmt.Sprintf("watchdog self-fencing; published list %d of %d member(s), %d open round(s)", f.ListNumber, f.Members, f.OpenRounds)
+	case FencingDocumentNotPublished:
+		return "watchdog self-fencing; no document published"
+	case FencingDocumentForbidden:
+		return "watchdog self-fencing; document not readable: Forbidden"
+	}
+	return "watchdog self-fencing; document unreadable"
+}
+
+// fencingLine is one node's line: the cause first (the node's Reason),
+// then the agent's report, the open round and the controller's latest
+// Event.
+func fencingLine(n FencingNode, now time.Time) string {
+	parts := []string{n.Reason}
+	if a := n.Agent; a != nil {
+		armed := "armed"
+		if !a.Armed {
+			armed = "not armed"
+		}
+		lists := make([]string, len(a.Lists))
+		for i, l := range a.Lists {
+			lists[i] = fmt.Sprint(l)
+		}
+		boot := "the Node's boot"
+		if n.EarlierBoot {
+			boot = "an earlier boot"
+		}
+		parts = append(parts, fmt.Sprintf("report of %s: %s, W %ds, T %ds, list %s, boot %s (%s)",
+			clock(a.ObservedAt, now), armed, a.WatchdogSeconds, a.SanctionSeconds, orNone(strings.Join(lists, ", ")), orNone(a.BootID), boot))
+	}
+	if n.OpenRound != "" {
+		parts = append(parts, "round "+n.OpenRound+" open: the members are asked to testify")
+	}
+	if ev := n.LastEvent; ev != nil {
+		parts = append(parts, fmt.Sprintf("last Event %s at %s: %s", ev.Reason, clock(ev.Time, now), oneLine(ev.Message)))
+	}
+	return strings.Join(parts, "; ")
 }

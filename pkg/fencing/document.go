@@ -15,6 +15,11 @@ import (
 // controller publishes it in.
 const DocumentKey = "fencing.json"
 
+// DefaultDocumentName is the ConfigMap, in the controller's namespace,
+// that carries the document: the controller writes it, the agents and
+// diagnose read it.
+const DefaultDocumentName = "rebound-fencing"
+
 // Document is what the controller publishes for the agents: the member
 // list they count against, and the open fencing rounds they answer.
 type Document struct {

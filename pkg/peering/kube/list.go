@@ -20,6 +20,26 @@ import (
 // error is returned as the apiserver gave it, so that each caller decides
 // what a missing CRD or a forbidden list means to it.
 func ListReports(ctx context.Context, client dynamic.Interface, pageSize int64) (reports []peering.Report, skipped []error, err error) {
+	objs, skipped, err := ListReportObjects(ctx, client, pageSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range objs {
+		r, err := ReportFromAPI(&objs[i])
+		if err != nil {
+			skipped = append(skipped, fmt.Errorf("PeeringReport %s unreadable: %w", objs[i].Name, err))
+			continue
+		}
+		reports = append(reports, r)
+	}
+	return reports, skipped, nil
+}
+
+// ListReportObjects lists every PeeringReport as the API holds it, for a
+// caller that reads parts ReportFromAPI leaves out (the fencing block). An
+// object that does not decode is left out with its error in skipped; the
+// List's own error is returned as the apiserver gave it.
+func ListReportObjects(ctx context.Context, client dynamic.Interface, pageSize int64) (objs []v1alpha1.PeeringReport, skipped []error, err error) {
 	opts := metav1.ListOptions{Limit: pageSize}
 	for {
 		l, err := client.Resource(v1alpha1.PeeringReports).List(ctx, opts)
@@ -32,18 +52,14 @@ func ListReports(ctx context.Context, client dynamic.Interface, pageSize int64) 
 			if err == nil {
 				err = json.Unmarshal(data, &obj)
 			}
-			var r peering.Report
-			if err == nil {
-				r, err = ReportFromAPI(&obj)
-			}
 			if err != nil {
 				skipped = append(skipped, fmt.Errorf("PeeringReport %s unreadable: %w", l.Items[i].GetName(), err))
 				continue
 			}
-			reports = append(reports, r)
+			objs = append(objs, obj)
 		}
 		if l.GetContinue() == "" {
-			return reports, skipped, nil
+			return objs, skipped, nil
 		}
 		opts.Continue = l.GetContinue()
 	}
