@@ -180,17 +180,25 @@ func TestS17MinorityPartition(t *testing.T) {
 	}
 }
 
-// snakeCase turns a lane's name into a METRIC name's part.
+// snakeCase turns a lane's name into a METRIC name's part: a word starts
+// at an upper-case letter after a lower-case one, or before a lower-case
+// one (OneNodeReachesTheAPI: one_node_reaches_the_api).
 func snakeCase(s string) string {
+	rs := []rune(s)
 	var b strings.Builder
-	for i, r := range s {
-		if unicode.IsUpper(r) {
-			if i > 0 {
-				b.WriteByte('_')
-			}
-			r = unicode.ToLower(r)
+	for i, r := range rs {
+		if i > 0 && unicode.IsUpper(r) && (unicode.IsLower(rs[i-1]) || (i+1 < len(rs) && unicode.IsLower(rs[i+1]) && unicode.IsUpper(rs[i-1]))) {
+			b.WriteByte('_')
 		}
-		b.WriteRune(r)
+		b.WriteRune(unicode.ToLower(r))
 	}
 	return b.String()
+}
+
+func TestSnakeCase(t *testing.T) {
+	for in, want := range map[string]string{"OneNodeReachesTheAPI": "one_node_reaches_the_api", "ControlPlaneDown": "control_plane_down", "APIDown": "api_down", "Stall": "stall"} {
+		if got := snakeCase(in); got != want {
+			t.Errorf("snakeCase(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
