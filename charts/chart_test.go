@@ -70,8 +70,22 @@ var gossipObjects = []string{
 	"DaemonSet rebound-agent/rebound-gossip",
 }
 
+// fencingValues turn the gossip plane on with watchdog self-fencing.
+var fencingValues = map[string]any{"gossip": map[string]any{"enabled": true, "fencing": map[string]any{"watchdogDevice": "/dev/watchdog0"}}}
+
+// fencingObjects are what gossip.fencing.watchdogDevice adds to the gossip
+// plane (deploy/fencing).
+var fencingObjects = []string{
+	"ClusterRole /rebound-gossip-fencing",
+	"ClusterRoleBinding /rebound-gossip-fencing",
+	"Role kube-node-lease/rebound-gossip-fencing-lease",
+	"RoleBinding kube-node-lease/rebound-gossip-fencing-lease",
+	"Role rebound-system/rebound-gossip-fencing-document",
+	"RoleBinding rebound-system/rebound-gossip-fencing-document",
+}
+
 func TestHelmChartLint(t *testing.T) {
-	for name, vals := range map[string]map[string]any{"default": nil, "full": FullValues} {
+	for name, vals := range map[string]map[string]any{"default": nil, "full": FullValues, "fencing": fencingValues} {
 		if msgs := chartrender.Lint(chartDir, vals); len(msgs) > 0 {
 			t.Errorf("helm lint with %s values:\n  %s", name, strings.Join(msgs, "\n  "))
 		}
@@ -104,8 +118,8 @@ func TestHelmChartRender(t *testing.T) {
 			"ValidatingAdmissionPolicyBinding /rebound-controller-pod-status",
 			"RecoveryPolicy /default",
 		},
-		absent: append([]string{"Namespace /rebound-system", "DaemonSet rebound-agent/rebound-agent", "ClusterRole /rebound-controller-calico",
-			"ServiceMonitor rebound-system/rebound-controller", "PrometheusRule rebound-system/rebound", "Secret rebound-agent/rebound-gossip-key"}, gossipObjects...),
+		absent: slices.Concat([]string{"Namespace /rebound-system", "DaemonSet rebound-agent/rebound-agent", "ClusterRole /rebound-controller-calico",
+			"ServiceMonitor rebound-system/rebound-controller", "PrometheusRule rebound-system/rebound", "Secret rebound-agent/rebound-gossip-key"}, gossipObjects, fencingObjects),
 	}, {
 		name:   "full",
 		values: FullValues,
@@ -129,7 +143,11 @@ func TestHelmChartRender(t *testing.T) {
 		name:   "gossip",
 		values: map[string]any{"gossip": map[string]any{"enabled": true}},
 		want:   append([]string{"Namespace /rebound-agent", "Secret rebound-agent/rebound-gossip-key"}, gossipObjects...),
-		absent: []string{"DaemonSet rebound-agent/rebound-agent", "ValidatingAdmissionPolicy /rebound-agent-own-report", "ClusterRole /rebound-controller-peering"},
+		absent: append([]string{"DaemonSet rebound-agent/rebound-agent", "ValidatingAdmissionPolicy /rebound-agent-own-report", "ClusterRole /rebound-controller-peering"}, fencingObjects...),
+	}, {
+		name:   "gossip with fencing",
+		values: fencingValues,
+		want:   slices.Concat([]string{"Namespace /rebound-agent"}, gossipObjects, fencingObjects),
 	}, {
 		name:   "gossip with an existing key",
 		values: map[string]any{"gossip": map[string]any{"enabled": true, "existingSecret": "my-gossip-key"}},
@@ -200,6 +218,7 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 		{"agent", map[string]any{"agent": map[string]any{"enabled": true}}, []string{"deploy/agent"}},
 		{"calico", map[string]any{"calico": map[string]any{"enabled": true}}, []string{"deploy/calico"}},
 		{"gossip", map[string]any{"gossip": map[string]any{"enabled": true}}, []string{"deploy/gossip"}},
+		{"fencing", fencingValues, []string{"deploy/gossip", "deploy/fencing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, err := chartrender.Render(chartDir, chartrender.Options{Values: tc.values})
@@ -225,6 +244,9 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 				}
 				if key == "Deployment rebound-system/rebound-controller" && tc.name != "core" {
 					continue // the chart adds --peering/--calico/--lease-plane; deploy/agent and deploy/gossip leave that to the operator
+				}
+				if key == "DaemonSet rebound-agent/rebound-gossip" && tc.name == "fencing" {
+					continue // deploy/fencing leaves the device, the state and the privilege to an overlay; TestHelmChartFencing checks the chart's
 				}
 				if d := cmp.Diff(w.Object, got.Object); d != "" {
 					t.Errorf("%s differs (-kustomize +chart):\n%s", key, d)
@@ -423,6 +445,152 @@ func TestHelmChartGossip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHelmChartFencing: gossip.fencing.watchdogDevice gives the members
+// the fencing flags, the device and a state directory from the host, and
+// the privilege to open the device; without it they stay unprivileged,
+// with no host path. Values the agent would refuse fail the render.
+func TestHelmChartFencing(t *testing.T) {
+	member := func(t *testing.T, values map[string]any) corev1.PodSpec {
+		t.Helper()
+		objs, err := chartrender.Render(chartDir, chartrender.Options{Values: values})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ds appsv1.DaemonSet
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(chartrender.Normalize(objs)["DaemonSet rebound-agent/rebound-gossip"].Object, &ds); err != nil {
+			t.Fatal(err)
+		}
+		return ds.Spec.Template.Spec
+	}
+
+	t.Run("off", func(t *testing.T) {
+		spec := member(t, map[string]any{"gossip": map[string]any{"enabled": true}})
+		c := spec.Containers[0]
+		if sc := c.SecurityContext; sc.Privileged != nil || sc.RunAsUser != nil || sc.RunAsNonRoot != nil {
+			t.Errorf("securityContext %+v: want no privilege and the pod's non-root user without fencing", sc)
+		}
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil {
+				t.Errorf("volume %s: hostPath %s without fencing", v.Name, v.HostPath.Path)
+			}
+		}
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, "--watchdog-") || strings.HasPrefix(a, "--fencing-") || strings.HasPrefix(a, "--sanction-") {
+				t.Errorf("arg %s without fencing", a)
+			}
+		}
+		if *spec.TerminationGracePeriodSeconds != 10 {
+			t.Errorf("terminationGracePeriodSeconds %d, want 10", *spec.TerminationGracePeriodSeconds)
+		}
+	})
+
+	for _, tc := range []struct {
+		name    string
+		fencing map[string]any
+		args    []string
+		state   string
+		grace   int64
+	}{
+		{name: "defaults", fencing: map[string]any{"watchdogDevice": "/dev/watchdog0"},
+			args: []string{"--watchdog-device=/dev/watchdog0", "--watchdog-timeout=10s", "--sanction-window=16s", "--fencing-port=7947",
+				"--fencing-state=/var/lib/rebound/fencing-list.json", "--fencing-document=rebound-system/rebound-fencing"},
+			state: "/var/lib/rebound", grace: 10},
+		{name: "set", fencing: map[string]any{"watchdogDevice": "/dev/watchdog1", "watchdogTimeout": "30s", "sanctionWindow": "20s", "port": 7950, "stateDir": "/var/lib/fence"},
+			args: []string{"--watchdog-device=/dev/watchdog1", "--watchdog-timeout=30s", "--sanction-window=20s", "--fencing-port=7950",
+				"--fencing-state=/var/lib/fence/fencing-list.json", "--fencing-document=rebound-system/rebound-fencing"},
+			state: "/var/lib/fence", grace: 30},
+	} {
+		t.Run("on "+tc.name, func(t *testing.T) {
+			spec := member(t, map[string]any{"gossip": map[string]any{"enabled": true, "fencing": tc.fencing}})
+			c := spec.Containers[0]
+			args := " " + strings.Join(c.Args, " ") + " "
+			for _, a := range tc.args {
+				if !strings.Contains(args, " "+a+" ") {
+					t.Errorf("member args %s lack %s", args, a)
+				}
+			}
+			sc := c.SecurityContext
+			switch {
+			case sc.Privileged == nil || !*sc.Privileged:
+				t.Error("a member that opens a watchdog device must be privileged (device cgroup)")
+			case sc.RunAsUser == nil || *sc.RunAsUser != 0 || sc.RunAsNonRoot == nil || *sc.RunAsNonRoot:
+				t.Error("a member that opens a watchdog device must run as root (the device node is root's)")
+			case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+				t.Error("readOnlyRootFilesystem must stay true")
+			case sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation:
+				t.Error("allowPrivilegeEscalation false beside privileged: the API refuses the pod")
+			}
+			device := tc.fencing["watchdogDevice"].(string)
+			hostPaths := map[string]corev1.HostPathVolumeSource{}
+			for _, v := range spec.Volumes {
+				if v.HostPath != nil {
+					hostPaths[v.Name] = *v.HostPath
+				}
+			}
+			mounts := map[string]string{}
+			for _, m := range c.VolumeMounts {
+				mounts[m.Name] = m.MountPath
+			}
+			for name, want := range map[string]struct {
+				path string
+				typ  corev1.HostPathType
+			}{"watchdog": {device, corev1.HostPathCharDev}, "fencing-state": {tc.state, corev1.HostPathDirectoryOrCreate}} {
+				hp, ok := hostPaths[name]
+				if !ok || hp.Path != want.path || hp.Type == nil || *hp.Type != want.typ {
+					t.Errorf("volume %s: %+v, want hostPath %s of type %s", name, hp, want.path, want.typ)
+				}
+				if mounts[name] != want.path {
+					t.Errorf("volume %s mounted at %q, want %s (the host's path)", name, mounts[name], want.path)
+				}
+			}
+			if *spec.TerminationGracePeriodSeconds != tc.grace {
+				t.Errorf("terminationGracePeriodSeconds %d, want %d (at least W, so that a graceful stop can disarm)", *spec.TerminationGracePeriodSeconds, tc.grace)
+			}
+			psc := spec.SecurityContext
+			if psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+				t.Error("the pod's runAsNonRoot must stay; only the member container runs as root")
+			}
+		})
+	}
+
+	for name, tc := range map[string]struct {
+		values map[string]any
+		want   []string // in the error
+	}{
+		"a relative device path": {map[string]any{"watchdogDevice": "dev/watchdog0"},
+			[]string{`gossip.fencing.watchdogDevice "dev/watchdog0"`, "absolute path", "/dev/watchdog0"}},
+		"a watchdog timeout below a second": {map[string]any{"watchdogDevice": "/dev/watchdog0", "watchdogTimeout": "500ms"},
+			[]string{`gossip.fencing.watchdogTimeout "500ms"`, "whole seconds", "10s"}},
+		"a watchdog timeout in fractions": {map[string]any{"watchdogDevice": "/dev/watchdog0", "watchdogTimeout": "10.5s"},
+			[]string{`gossip.fencing.watchdogTimeout "10.5s"`, "whole seconds"}},
+		"a sanction window shorter than a renewal and three polls": {map[string]any{"watchdogDevice": "/dev/watchdog0", "sanctionWindow": "10s"},
+			[]string{`gossip.fencing.sanctionWindow "10s"`, "16s"}},
+		"the gossip port": {map[string]any{"watchdogDevice": "/dev/watchdog0", "port": 7946},
+			[]string{"gossip.fencing.port 7946", "other than gossip.port"}},
+		"a relative state directory": {map[string]any{"watchdogDevice": "/dev/watchdog0", "stateDir": "var/lib/rebound"},
+			[]string{`gossip.fencing.stateDir "var/lib/rebound"`, "absolute path"}},
+	} {
+		t.Run("refuses "+name, func(t *testing.T) {
+			_, err := chartrender.Render(chartDir, chartrender.Options{Values: map[string]any{"gossip": map[string]any{"enabled": true, "fencing": tc.values}}})
+			if err == nil {
+				t.Fatalf("fencing values %v rendered, want them refused", tc.values)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+
+	t.Run("refuses fencing without gossip", func(t *testing.T) {
+		_, err := chartrender.Render(chartDir, chartrender.Options{Values: map[string]any{"gossip": map[string]any{"fencing": map[string]any{"watchdogDevice": "/dev/watchdog0"}}}})
+		if err == nil || !strings.Contains(err.Error(), "needs gossip.enabled") {
+			t.Errorf("fencing without gossip.enabled: %v, want refused for want of gossip.enabled", err)
+		}
+	})
 }
 
 func mustAtoi(t *testing.T, s string) int {
