@@ -220,3 +220,53 @@ func TestAttackLateOldListReportLandsAfterFollow(t *testing.T) {
 	}
 }
 
+
+// TestAttackTickWaitsBehindAPollOfAHangingAPI (FAILS; liveness, not
+// safety: the failure is a reset, never a feed without sanction).
+//
+// The change's claim is that the probes (and so the feeds) never wait
+// behind a call to the API. But Tick runs disarm in the loop that feeds
+// and probes, and disarm now takes apiMu: while a poll holds it through
+// its bounded calls (Lease read, report write, each up to apiTimeout),
+// the loop is stuck, then spends the disarm's own apiTimeout. With the
+// API hanging that is ~3 x 4 s = 12 s > W with no keepalive and no probe:
+// a node whose peers come back meanwhile is still reset.
+func TestAttackTickWaitsBehindAPollOfAHangingAPI(t *testing.T) {
+	clk, _, agents, _ := armedLab(t)
+	a := agents["a"]
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clk.add(5 * sec)
+	a.f.pollAPI(ctx) // Lease r0 read at 1h+5s
+	a.leases.mu.Lock()
+	a.leases.rt = "r1"
+	a.leases.mu.Unlock()
+	clk.add(12 * sec)
+	a.f.pollAPI(ctx) // r1 at 1h+17s: sanctioned to 1h+21s; peers lapsed
+	a.leases.hang.Store(true)
+	a.reports.hang.Store(true)
+	a.f.mu.Lock()
+	a.f.written = nil // the poll has a report to write
+	a.f.mu.Unlock()
+	polled := make(chan struct{})
+	go func() { defer close(polled); a.f.pollAPI(ctx) }()
+	time.Sleep(50 * time.Millisecond) // the poll holds apiMu
+	start := time.Now()
+	ticked := make(chan struct{})
+	go func() { defer close(ticked); a.f.Tick(ctx) }()
+	bound := a.f.apiTimeout() + time.Second // the disarm's own calls, and one feed period
+	select {
+	case <-ticked:
+	case <-time.After(bound):
+		t.Errorf("Tick (the loop that feeds the watchdog and sends the probes) still blocked after %s behind a poll's apiMu, W = %s",
+			time.Since(start).Round(100*time.Millisecond), fencing.DefaultWatchdogTimeout)
+		select {
+		case <-ticked:
+			t.Logf("Tick returned after %s", time.Since(start).Round(100*time.Millisecond))
+		case <-time.After(20 * time.Second):
+		}
+	}
+	cancel()
+	<-polled
+	<-ticked
+}
