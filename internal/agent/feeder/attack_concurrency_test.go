@@ -2,6 +2,7 @@ package feeder
 
 import (
 	"context"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -220,6 +221,88 @@ func TestAttackLateOldListReportLandsAfterFollow(t *testing.T) {
 	}
 }
 
+// TestAttackDisarmWaitsForTheWriteInFlight: PASSES (holds). In the
+// process, apiMu orders a disarm after a poll whose armed report is being
+// written: the disarmed report is written after it, and is what the API
+// shows once the watchdog is magic-closed.
+func TestAttackDisarmWaitsForTheWriteInFlight(t *testing.T) {
+	clk, _, agents, lw := armedLab(t)
+	a := agents["a"]
+	ctx := context.Background()
+	clk.add(5 * sec)
+	a.f.pollAPI(ctx) // Lease read at 1h+5s; armed written
+	a.leases.mu.Lock()
+	a.leases.rt = "r1"
+	a.leases.mu.Unlock()
+	a.f.mu.Lock()
+	a.f.written = nil // so that the next poll writes again
+	a.f.mu.Unlock()
+	clk.add(12 * sec) // 1h+17s: peers lapsed, Lease sanctions to 1h+21s
+	lw.gate = make(chan struct{})
+	lw.entered = make(chan struct{}, 1)
+	polled := make(chan struct{})
+	go func() { defer close(polled); a.f.pollAPI(ctx) }()
+	<-lw.entered // the armed report is being written
+	ticked := make(chan struct{})
+	go func() { defer close(ticked); a.f.Tick(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	a.dev.mu.Lock()
+	early := a.dev.disarmed
+	a.dev.mu.Unlock()
+	if early {
+		t.Fatal("disarmed while a report computed as armed was still being written")
+	}
+	close(lw.gate)
+	<-polled
+	<-ticked
+	a.dev.mu.Lock()
+	disarmed := a.dev.disarmed
+	a.dev.mu.Unlock()
+	if r := a.reports.last(); !disarmed || r == nil || r.Armed {
+		t.Fatalf("disarmed %v, report %+v: want the disarmed report last", disarmed, r)
+	}
+}
+
+// TestAttackRunShutdownWithAWriteInFlight: PASSES (holds). ctx ends while
+// the API goroutine writes the armed report: Run waits for it, then Stop
+// writes the disarmed report, reads it back and disarms; nothing is
+// probed after Run returned, and the last report says disarmed.
+func TestAttackRunShutdownWithAWriteInFlight(t *testing.T) {
+	_, _, agents, lw := armedLab(t)
+	a := agents["a"]
+	// Count the probes (an address is resolved for each; the socket
+	// itself is shared with the serving goroutine lab started).
+	var sent atomic.Int64
+	addr := a.f.cfg.Address
+	a.f.cfg.Address = func(m string) (net.Addr, bool) { sent.Add(1); return addr(m) }
+	a.f.cfg.Poll = 50 * time.Millisecond
+	lw.gate = make(chan struct{})
+	lw.entered = make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.f.Run(ctx) }()
+	<-lw.entered // Run's first poll writes "armed"
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	close(lw.gate) // the stop's own writes go through
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	after := sent.Load()
+	if after == 0 {
+		t.Fatal("setup: Run sent no probes")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := sent.Load(); n != after {
+		t.Errorf("%d probes sent after Run returned", n-after)
+	}
+	a.dev.mu.Lock()
+	disarmed, closed := a.dev.disarmed, a.dev.closed
+	a.dev.mu.Unlock()
+	if r := a.reports.last(); !disarmed || closed || r == nil || r.Armed {
+		t.Fatalf("after the stop: disarmed %v closed %v report %+v", disarmed, closed, r)
+	}
+}
 
 // TestAttackTickWaitsBehindAPollOfAHangingAPI (FAILS; liveness, not
 // safety: the failure is a reset, never a feed without sanction).
@@ -269,4 +352,56 @@ func TestAttackTickWaitsBehindAPollOfAHangingAPI(t *testing.T) {
 	cancel()
 	<-polled
 	<-ticked
+}
+
+// stampedLeases records the boot clock at each read's actual call.
+type stampedLeases struct {
+	*leases
+	clk   *clock
+	mu    sync.Mutex
+	calls []time.Duration
+}
+
+func (s *stampedLeases) ReadLease(ctx context.Context) (fencing.Renewal, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, s.clk.read())
+	s.mu.Unlock()
+	return s.leases.ReadLease(ctx)
+}
+
+// TestAttackLeaseSendTimeAfterTheWaitForAPIMu: PASSES (holds). A poll
+// that waits on apiMu (a disarm holding it) stamps its Lease read after
+// the wait; a stamp taken before the read is only ever earlier than the
+// send, which shortens the sanction: rule (a) never counts from later
+// than the read it relies on was sent.
+func TestAttackLeaseSendTimeAfterTheWaitForAPIMu(t *testing.T) {
+	clk, _, agents, _ := armedLab(t)
+	a := agents["a"]
+	ctx := context.Background()
+	sl := &stampedLeases{leases: a.leases, clk: clk}
+	a.f.cfg.Leases = sl
+	a.f.apiMu.Lock() // as a disarm in progress
+	polled := make(chan struct{})
+	go func() { defer close(polled); a.f.pollAPI(ctx) }()
+	time.Sleep(50 * time.Millisecond)
+	clk.add(10 * sec)
+	a.f.apiMu.Unlock()
+	<-polled
+	a.leases.mu.Lock()
+	a.leases.rt = "r1"
+	a.leases.mu.Unlock()
+	clk.add(2 * sec)
+	a.f.pollAPI(ctx)
+	a.f.mu.Lock()
+	until := a.f.san.Until()
+	a.f.mu.Unlock()
+	sl.mu.Lock()
+	first := sl.calls[0]
+	sl.mu.Unlock()
+	if until > first+fencing.DefaultSanctionWindow {
+		t.Fatalf("sanctioned until %s, past the first read's call (%s) + T", until, first)
+	}
+	if until != first+fencing.DefaultSanctionWindow {
+		t.Logf("sanctioned until %s (first read called at %s): conservative", until, first)
+	}
 }
