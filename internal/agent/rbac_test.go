@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
@@ -201,7 +202,14 @@ func TestFencingRBACMatchesCalls(t *testing.T) {
 	defer cancel()
 	cs := fake.NewClientset(nodeLease("node-a", agentT0))
 	dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
-	dyn.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, nil })
+	dyn.PrependReactor("*", "*", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if act.GetVerb() == "get" {
+			u := &unstructured.Unstructured{}
+			u.SetResourceVersion("1")
+			return true, u, nil
+		}
+		return true, nil, nil
+	})
 	if _, err := (feeder.APILeases{Client: cs, Node: "node-a"}).ReadLease(ctx); err != nil {
 		t.Fatal(err)
 	}

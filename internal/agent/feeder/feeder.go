@@ -183,11 +183,14 @@ func (f *Feeder) Tick(ctx context.Context) {
 	}
 	disarm := f.device != nil && !f.san.PeersHold(now) && f.san.Sanctioned(now)
 	f.mu.Unlock()
-	if disarm {
+	if disarm && f.apiMu.TryLock() {
 		// The peers no longer hold: disarm while the API can see it, so
 		// that a probe path blocked everywhere never turns an API outage
-		// into a reset of every node.
-		if err := f.disarm(ctx, "a majority of the members no longer answers"); err != nil {
+		// into a reset of every node. Not behind a poll that holds the
+		// API (this loop feeds and probes): the next tick tries again.
+		err := f.disarmLocked(ctx, "a majority of the members no longer answers")
+		f.apiMu.Unlock()
+		if err != nil {
 			f.cfg.Logger.Error("disarm", "err", err)
 		}
 	}
@@ -213,6 +216,11 @@ func (f *Feeder) Stop(ctx context.Context) error {
 func (f *Feeder) disarm(ctx context.Context, why string) error {
 	f.apiMu.Lock()
 	defer f.apiMu.Unlock()
+	return f.disarmLocked(ctx, why)
+}
+
+// disarmLocked is disarm with apiMu held.
+func (f *Feeder) disarmLocked(ctx context.Context, why string) error {
 	ctx, cancel := context.WithTimeout(ctx, f.apiTimeout())
 	defer cancel()
 	f.mu.Lock()

@@ -55,13 +55,20 @@ func (l *leases) ReadLease(ctx context.Context) (fencing.Renewal, error) {
 	return fencing.Renewal{RenewTime: l.rt, Holder: "x"}, l.err
 }
 
+// reports stands in for APIReports: like it, a write applies only on the
+// report as it was when the write began (its resourceVersion), which
+// version counts.
 type reports struct {
-	mu     sync.Mutex
-	stored *v1alpha1.FencingReport
-	writes int
-	err    error
-	hang   atomic.Bool // every call blocks until its context ends
+	mu      sync.Mutex
+	stored  *v1alpha1.FencingReport
+	version int
+	writes  int
+	err     error
+	hang    atomic.Bool // every call blocks until its context ends
 }
+
+// at returns the report's version, as the read before a write sees it.
+func (r *reports) at() int { r.mu.Lock(); defer r.mu.Unlock(); return r.version }
 
 func (r *reports) WriteFencing(ctx context.Context, rep v1alpha1.FencingReport) error {
 	if r.hang.Load() {
@@ -75,7 +82,21 @@ func (r *reports) WriteFencing(ctx context.Context, rep v1alpha1.FencingReport) 
 	}
 	r.writes++
 	r.stored = &rep
+	r.version++
 	return nil
+}
+
+// applyAt applies rep only if the report is still at version: what the
+// apiserver does with a write that arrives late.
+func (r *reports) applyAt(rep v1alpha1.FencingReport, version int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.version != version {
+		return false
+	}
+	r.stored = &rep
+	r.version++
+	return true
 }
 
 func (r *reports) ReadFencing(ctx context.Context) (*v1alpha1.FencingReport, error) {

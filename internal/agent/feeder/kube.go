@@ -7,7 +7,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -48,24 +51,65 @@ func (l APILeases) ReadLease(ctx context.Context) (fencing.Renewal, error) {
 }
 
 // APIReports writes the fencing field of the node's PeeringReport with
-// one forced server-side apply under FieldManager, and reads it back by
-// quorum.
+// one forced server-side apply under FieldManager, conditional on the
+// report's resourceVersion, and reads it back by quorum.
 type APIReports struct {
 	Client dynamic.Interface
 	Node   string
 }
 
-// WriteFencing applies r as the report's fencing field.
+// WriteFencing applies r as the report's fencing field, on the report as
+// a quorum read finds it just before: the apply carries that
+// resourceVersion, so the apiserver applies it only if nothing was
+// written to the report since. A write the agent gave up on (its call
+// timed out) can then never be applied after a later one of its own,
+// such as the disarmed report written before a magic close: whichever of
+// the two the apiserver takes second is refused. A report that does not
+// exist yet is created, which fails if another writer created it first.
 func (w APIReports) WriteFencing(ctx context.Context, r v1alpha1.FencingReport) error {
-	obj := &v1alpha1.PeeringReport{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PeeringReport"},
-		ObjectMeta: metav1.ObjectMeta{Name: w.Node, Labels: map[string]string{"app.kubernetes.io/managed-by": "rebound-agent"}},
-		Fencing:    &r,
+	u, err := w.Client.Resource(v1alpha1.PeeringReports).Get(ctx, w.Node, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return w.create(ctx, r)
+	case err != nil:
+		return fmt.Errorf("read PeeringReport %s before writing its fencing report: %w", w.Node, err)
+	case u == nil:
+		return fmt.Errorf("read PeeringReport %s before writing its fencing report: the API returned no object", w.Node)
 	}
+	return w.WriteFencingAt(ctx, r, u.GetResourceVersion())
+}
+
+// WriteFencingAt applies r as the report's fencing field only if the
+// report is still at resourceVersion version.
+func (w APIReports) WriteFencingAt(ctx context.Context, r v1alpha1.FencingReport, version string) error {
+	if version == "" {
+		return fmt.Errorf("write the fencing report of PeeringReport %s: no resourceVersion to write it on", w.Node)
+	}
+	obj := w.object(r)
+	obj.ResourceVersion = version
 	if err := kube.ApplyReport(ctx, w.Client, obj, FieldManager); err != nil {
 		return fmt.Errorf("write the fencing report of PeeringReport %s: %w", w.Node, err)
 	}
 	return nil
+}
+
+func (w APIReports) create(ctx context.Context, r v1alpha1.FencingReport) error {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(w.object(r))
+	if err != nil {
+		return err
+	}
+	if _, err := w.Client.Resource(v1alpha1.PeeringReports).Create(ctx, &unstructured.Unstructured{Object: m}, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("create PeeringReport %s with its fencing report: %w", w.Node, err)
+	}
+	return nil
+}
+
+func (w APIReports) object(r v1alpha1.FencingReport) *v1alpha1.PeeringReport {
+	return &v1alpha1.PeeringReport{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PeeringReport"},
+		ObjectMeta: metav1.ObjectMeta{Name: w.Node, Labels: map[string]string{"app.kubernetes.io/managed-by": "rebound-agent"}},
+		Fencing:    &r,
+	}
 }
 
 // ReadFencing reads the report's fencing field with a GET that carries no

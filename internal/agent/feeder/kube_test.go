@@ -67,7 +67,7 @@ func TestAPIReportsAppliesOnlyTheFencingField(t *testing.T) {
 	}
 	stored := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "PeeringReport",
-		"metadata": map[string]any{"name": "node-1"},
+		"metadata": map[string]any{"name": "node-1", "resourceVersion": "41"},
 		"fencing":  map[string]any{"observedAt": "2026-12-05T10:00:00Z", "armed": false, "reason": "disarmed", "watchdogSeconds": int64(10), "sanctionSeconds": int64(16), "bootID": "b1"},
 	}}
 	api := dfake.NewSimpleDynamicClient(s, stored)
@@ -92,6 +92,11 @@ func TestAPIReportsAppliesOnlyTheFencingField(t *testing.T) {
 		if k != "apiVersion" && k != "kind" && k != "metadata" && k != "fencing" {
 			t.Fatalf("the apply holds %q: it would take that field from its owner", k)
 		}
+	}
+	// The apply is conditional on the report as read just before it: an
+	// abandoned write can never be applied after a later one.
+	if rv, _ := sent["metadata"].(map[string]any)["resourceVersion"].(string); rv != "41" {
+		t.Fatalf("the apply carries resourceVersion %q, want the one just read (41)", rv)
 	}
 	got, err := w.ReadFencing(context.Background())
 	if err != nil {
