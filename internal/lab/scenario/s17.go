@@ -160,7 +160,11 @@ func RunS17(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S17Optio
 		return res, holdOnDeadNode(ctx, c, tl, opts, uid, &res)
 	}
 
-	taint := watchTaint(ctx, c, opts.Node)
+	taint := watchTaint(ctx, c, opts.Node, func(t *corev1.Taint) {
+		if t.TimeAdded != nil {
+			tl.Add("node", opts.Node, "fenced: %s=%s:%s (timeAdded +%.0fs after the death)", t.Key, t.Value, t.Effect, t.TimeAdded.Sub(res.DiedAt).Seconds())
+		}
+	})
 	moved, err := waitPod(ctx, c, time.Until(res.DiedAt.Add(opts.RescueTimeout)), func(p *corev1.Pod) bool {
 		return p.UID != uid && p.Spec.NodeName != "" && p.Spec.NodeName != opts.Node && kubestatus.PodReady(p)
 	})
@@ -171,7 +175,6 @@ func RunS17(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S17Optio
 	res.MovedTo, res.RunningElsewhere = moved.Spec.NodeName, readySince.Sub(res.DiedAt)
 	if t := taint(); t != nil && t.TimeAdded != nil {
 		res.FencedAt = t.TimeAdded.Time
-		tl.Add("node", opts.Node, "fenced: %s=%s:%s (timeAdded +%.0fs after the death)", t.Key, t.Value, t.Effect, res.FencedAt.Sub(res.DiedAt).Seconds())
 	}
 	tl.Add("pod", moved.Name, "Running and Ready on %s, %.1fs after the death", res.MovedTo, res.RunningElsewhere.Seconds())
 
@@ -243,9 +246,9 @@ func fenceWait(ctx context.Context, c *sandbox.Cluster, node string) (time.Durat
 	return t.FenceWait(fencing.DefaultFenceMargin), nil
 }
 
-// watchTaint polls node's out-of-service taint until ctx ends and returns
-// the first one seen.
-func watchTaint(ctx context.Context, c *sandbox.Cluster, node string) func() *corev1.Taint {
+// watchTaint polls node's out-of-service taint until it is seen (then
+// calls seenNow) or ctx ends; the function returns it once seen.
+func watchTaint(ctx context.Context, c *sandbox.Cluster, node string, seenNow func(*corev1.Taint)) func() *corev1.Taint {
 	var (
 		seen = make(chan *corev1.Taint, 1)
 		got  *corev1.Taint
@@ -258,6 +261,7 @@ func watchTaint(ctx context.Context, c *sandbox.Cluster, node string) func() *co
 			}
 			for i := range n.Spec.Taints {
 				if n.Spec.Taints[i].Key == corev1.TaintNodeOutOfService {
+					seenNow(&n.Spec.Taints[i])
 					seen <- &n.Spec.Taints[i]
 					return true, nil
 				}
