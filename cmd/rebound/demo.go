@@ -19,7 +19,7 @@ func newDemoCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Play the seed failures (S1, S2, S13, S4) without and with rebound, side by side, and write an HTML report",
+		Short: "Play the seed failures (S1, S2, S13, S17, S4) without and with rebound, side by side, and write an HTML report",
 		Long: `Builds the sandbox control plane if needed (about ` + sandbox.ColdBuildTime + ` the first time on 2 cores) and
 plays each scenario in two sandboxes of 5 fake nodes at the same time: one with
 only upstream's control loops, one with rebound. The scenarios run one after
@@ -37,6 +37,13 @@ S13: each node runs a gossiping agent; a critical pod and one of a Service's two
 endpoints run on node-3, which dies outright. Without rebound nothing moves until
 kube-controller-manager's node grace ends; with rebound the controller acts once
 node-3's Lease and the agents' gossip both say it is dead.
+
+S17: each node's agent also runs watchdog self-fencing (its watchdog the lab's
+stand-in); a StatefulSet pod with a ReadWriteOnce volume runs on node-3, which
+dies outright. Without rebound the pod stays bound to node-3 (watched for
+--observe); with rebound (a policy with fencing.mode Watchdog) the controller
+proves node-3 cannot be feeding its watchdog, puts the out-of-service taint on
+it, the pod runs elsewhere, and node-3's return on a new boot takes the taint off.
 
 S4 (real BIRD 1.6, no sandbox; runs beside the others from the start): 5 BIRD
 daemons in a full mesh with graceful restart; nodes 1-3 die and node-1 returns

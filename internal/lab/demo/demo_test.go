@@ -25,10 +25,10 @@ func TestSelectScenarios(t *testing.T) {
 	if !slices.Equal(ids, []string{"S1", "S4"}) { // the demo's order, not the flag's
 		t.Errorf("ids = %v, want [S1 S4]", ids)
 	}
-	if _, err := selectScenarios([]string{"S3"}); err == nil || !strings.Contains(err.Error(), "S1, S2, S13, S4") {
+	if _, err := selectScenarios([]string{"S3"}); err == nil || !strings.Contains(err.Error(), "S1, S2, S13, S17, S4") {
 		t.Errorf("unknown scenario: err = %v, want the known ones listed", err)
 	}
-	if !slices.Equal(ScenarioIDs(), []string{"S1", "S2", "S13", "S4"}) {
+	if !slices.Equal(ScenarioIDs(), []string{"S1", "S2", "S13", "S17", "S4"}) {
 		t.Errorf("ScenarioIDs() = %v", ScenarioIDs())
 	}
 }

@@ -34,35 +34,11 @@ func runS13(ctx context.Context, env *runEnv) ([]Lane, error) {
 		return nil, err
 	}
 	defer stop()
-	with := clusters[1]
-	cl, err := scale.Install(ctx, with)
-	if err != nil {
-		return nil, fmt.Errorf("install rebound in the sandbox: %w", err)
-	}
-	if err := install.DetectionFor(ctx, cl, "rebound-demo", sandbox.ReboundUser); err != nil {
-		return nil, err
-	}
-	if _, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-demo"}, []byte(scenario.S13Policy)); err != nil {
-		return nil, err
-	}
-	ctl, err := scale.StartController(with, bin, "rebound-controller", "--lease-plane", "--mark-pods-not-ready-early")
+	agents, stopRebound, err := startTwoPlanes(ctx, clusters[1], bin, scenario.S13Policy, scenario.GossipAgentOptions{Binary: bin})
 	if err != nil {
 		return nil, err
 	}
-	defer func() { ctl.Signal(syscall.SIGTERM); ctl.Wait() }()
-	if err := ctl.WaitReady(ctx, time.Minute); err != nil {
-		return nil, err
-	}
-	agents, err := scenario.StartGossipAgents(ctx, with, scenario.GossipAgentOptions{Binary: bin})
-	if err != nil {
-		return nil, err
-	}
-	defer scenario.StopAll(agents)
-	// The controller holds early judgement for its distrust window after
-	// it starts: the death comes after it.
-	if err := scenario.WaitEarlyJudgement(ctx, ctl.Log, time.Minute); err != nil {
-		return nil, err
-	}
+	defer stopRebound()
 	header(env, "S13: 5 nodes, each with a gossiping agent; a critical pod and a Service endpoint on node-3, which dies outright.",
 		fmt.Sprintf("Without: kube-controller-manager alone (node grace %s). With: rebound's Lease and gossip planes, a TwoPlanes policy (0s).", env.timings.NodeMonitorGracePeriod))
 
@@ -92,4 +68,54 @@ func runS13(ctx context.Context, env *runEnv) ([]Lane, error) {
 	}
 	env.metricLines = append(env.metricLines, lines...)
 	return lanes, nil
+}
+
+// startTwoPlanes installs rebound on with under policy and starts this
+// binary as `rebound controller --lease-plane --mark-pods-not-ready-early`
+// and as the gossiping agents (ag); it returns once the controller judges
+// early (it holds early judgement for its distrust window after it
+// starts: a scenario's death comes after it). stop stops them all.
+func startTwoPlanes(ctx context.Context, with *sandbox.Cluster, bin, policy string, ag scenario.GossipAgentOptions) (agents map[string]*scenario.GossipAgent, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	cl, err := scale.Install(ctx, with)
+	if err != nil {
+		return nil, nil, fmt.Errorf("install rebound in the sandbox: %w", err)
+	}
+	if err := install.DetectionFor(ctx, cl, "rebound-demo", sandbox.ReboundUser); err != nil {
+		return nil, nil, err
+	}
+	if _, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-demo"}, []byte(policy)); err != nil {
+		return nil, nil, err
+	}
+	ctl, err := scale.StartController(with, bin, "rebound-controller", "--lease-plane", "--mark-pods-not-ready-early")
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, func() { ctl.Signal(syscall.SIGTERM); ctl.Wait() })
+	if err := ctl.WaitReady(ctx, time.Minute); err != nil {
+		return nil, nil, err
+	}
+	if agents, err = scenario.StartGossipAgents(ctx, with, ag); err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, func() { scenario.StopAll(agents) })
+	if ag.Fencing {
+		if err := scenario.WaitFencingArmed(ctx, with, agents, 2*time.Minute); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := scenario.WaitEarlyJudgement(ctx, ctl.Log, time.Minute); err != nil {
+		return nil, nil, err
+	}
+	return agents, stop, nil
 }

@@ -4,12 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"syscall"
-	"time"
 
-	"rebound/internal/lab/install"
-	"rebound/internal/lab/sandbox"
-	"rebound/internal/lab/scale"
 	"rebound/internal/lab/scenario"
 )
 
@@ -36,36 +31,11 @@ func runS17(ctx context.Context, env *runEnv) ([]Lane, error) {
 		return nil, err
 	}
 	defer stop()
-	with := clusters[1]
-	cl, err := scale.Install(ctx, with)
-	if err != nil {
-		return nil, fmt.Errorf("install rebound in the sandbox: %w", err)
-	}
-	if err := install.DetectionFor(ctx, cl, "rebound-demo", sandbox.ReboundUser); err != nil {
-		return nil, err
-	}
-	if _, err := install.Apply(ctx, cl, install.ApplyOptions{FieldManager: "rebound-demo"}, []byte(scenario.S17Policy)); err != nil {
-		return nil, err
-	}
-	ctl, err := scale.StartController(with, bin, "rebound-controller", "--lease-plane", "--mark-pods-not-ready-early")
+	agents, stopRebound, err := startTwoPlanes(ctx, clusters[1], bin, scenario.S17Policy, scenario.GossipAgentOptions{Binary: bin, Fencing: true})
 	if err != nil {
 		return nil, err
 	}
-	defer func() { ctl.Signal(syscall.SIGTERM); ctl.Wait() }()
-	if err := ctl.WaitReady(ctx, time.Minute); err != nil {
-		return nil, err
-	}
-	agents, err := scenario.StartGossipAgents(ctx, with, scenario.GossipAgentOptions{Binary: bin, Fencing: true})
-	if err != nil {
-		return nil, err
-	}
-	defer scenario.StopAll(agents)
-	if err := scenario.WaitFencingArmed(ctx, with, agents, 2*time.Minute); err != nil {
-		return nil, err
-	}
-	if err := scenario.WaitEarlyJudgement(ctx, ctl.Log, time.Minute); err != nil {
-		return nil, err
-	}
+	defer stopRebound()
 	header(env, "S17: 5 nodes, each agent arming a watchdog; a StatefulSet pod with a ReadWriteOnce volume on node-3, which dies outright.",
 		fmt.Sprintf("Without: kube-controller-manager alone, watched for %s. With: rebound fences node-3 itself (fencing.mode Watchdog) and the pod moves.", env.opts.Observe))
 
