@@ -65,8 +65,12 @@ unit:
 # on timers (BIRD's 240 s graceful restart, node graces, tolerations, the
 # 300 s returns), so two at a time left a 2-core machine two-thirds idle
 # (about 23 CPU-minutes in a 37-minute run). E2E_PARALLEL=2 is the old pace.
+#
+# The timeout leaves room for S17's lanes (their lane without rebound
+# watches for 360 s, and the parallel tests may start it last): a run of
+# the whole package took 40 to 45 minutes on 2 cores.
 E2E_PARALLEL ?= 4
-E2E = $(GO) test -count=1 -v -json -timeout 40m -parallel $(E2E_PARALLEL) ./test/e2e | $(GO) run ./hack/testsummary
+E2E = $(GO) test -count=1 -v -json -timeout 55m -parallel $(E2E_PARALLEL) ./test/e2e | $(GO) run ./hack/testsummary
 
 e2e: sandbox
 	$(E2E)
