@@ -94,7 +94,7 @@ type S17Result struct {
 	// Running elsewhere.
 	StillOnNode time.Duration `json:"stillOnNode,omitempty"`
 	// ReturnedAt is the node's return on a new boot; TaintRemoved is from
-	// it to the first read that found the taint gone.
+	// it to the controller's FencingUntainted Event (the API's times, whole seconds).
 	ReturnedAt   time.Time     `json:"returnedAt,omitzero"`
 	TaintRemoved time.Duration `json:"taintRemoved,omitempty"`
 }
@@ -195,9 +195,37 @@ func RunS17(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S17Optio
 	if err != nil {
 		return res, fmt.Errorf("S17: the out-of-service taint is still on %s 2 minutes after it came back on a new boot: %w", opts.Node, err)
 	}
-	res.TaintRemoved = time.Since(res.ReturnedAt)
-	tl.Add("node", opts.Node, "back on a new boot; the out-of-service taint is off %.1fs after the return", res.TaintRemoved.Seconds())
+	// The API dates the removal: the controller's FencingUntainted Event,
+	// written as it takes the taint off.
+	removedAt, err := untaintedAt(ctx, c, opts.Node, res.ReturnedAt)
+	if err != nil {
+		return res, err
+	}
+	res.TaintRemoved = removedAt.Sub(res.ReturnedAt)
+	tl.Add("node", opts.Node, "back on a new boot; the out-of-service taint is off %.0fs after the return (the API's times, whole seconds)", res.TaintRemoved.Seconds())
 	return res, nil
+}
+
+// untaintedAt returns the creation time of the controller's
+// FencingUntainted Event about node at or after since.
+func untaintedAt(ctx context.Context, c *sandbox.Cluster, node string, since time.Time) (time.Time, error) {
+	var at time.Time
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := c.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=FencingUntainted,involvedObject.name=" + node})
+		if err != nil {
+			return false, nil //nolint:nilerr // poll until the deadline
+		}
+		for _, e := range evs.Items {
+			if t := e.CreationTimestamp.Time; !t.Before(since.Truncate(time.Second)) && (at.IsZero() || t.Before(at)) {
+				at = t
+			}
+		}
+		return !at.IsZero(), nil
+	})
+	if err != nil {
+		return at, fmt.Errorf("S17: no FencingUntainted Event about %s since its return: %w", node, err)
+	}
+	return at, nil
 }
 
 // holdOnDeadNode is the lane without rebound: it watches, for opts.Hold
