@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"bufio"
+	"context"
 	_ "embed"
 	"encoding/json"
 	"os"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -66,4 +68,29 @@ func (c *Cluster) AuditEvents(keep func(AuditEvent) bool) ([]AuditEvent, error) 
 		}
 	}
 	return out, sc.Err()
+}
+
+// WaitAuditEvents reads the audit log every 100 ms until done holds for
+// the events matching keep, or ctx ends, and returns the last read (with
+// ctx's error when done never held). The apiserver logs a request's
+// ResponseComplete stage after it has answered, so a watch can see a
+// write before the log holds it: a test that counts what it just saw
+// happen waits for it.
+func (c *Cluster) WaitAuditEvents(ctx context.Context, keep func(AuditEvent) bool, done func([]AuditEvent) bool) ([]AuditEvent, error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		evs, err := c.AuditEvents(keep)
+		if err != nil {
+			return nil, err
+		}
+		if done(evs) {
+			return evs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return evs, ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
