@@ -3,11 +3,13 @@ package rescue
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"rebound/pkg/unreachable"
 )
@@ -63,16 +65,8 @@ type barrier struct {
 // barrierOf applies the scheduler's own tests (component-helpers, as
 // target.go's) with the pod's tolerations, which its replacement shares.
 func barrierOf(pod *corev1.Pod, n *corev1.Node, readyStatus corev1.ConditionStatus) barrier {
-	log := logr.Discard()
-	unschedulable := &corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
-	if n.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(log, pod.Spec.Tolerations, unschedulable, true) {
-		return barrier{keepsOff: unschedulable}
-	}
-	if t, untolerated := corev1helpers.FindMatchingUntoleratedTaint(log, n.Spec.Taints, pod.Spec.Tolerations,
-		func(t *corev1.Taint) bool {
-			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-		}, true); untolerated {
-		return barrier{keepsOff: &t}
+	if t := keepsOffNow(pod, n); t != nil {
+		return barrier{keepsOff: ptr(*t)}
 	}
 	awaited := ptr(NotReadyTaint(readyStatus))
 	if readyStatus == corev1.ConditionTrue {
@@ -80,10 +74,34 @@ func barrierOf(pod *corev1.Pod, n *corev1.Node, readyStatus corev1.ConditionStat
 		// rebound's own mark (pkg/unreachable) could come.
 		awaited = &corev1.Taint{Key: unreachable.TaintKey, Effect: corev1.TaintEffectNoSchedule}
 	}
-	if corev1helpers.TolerationsTolerateTaint(log, pod.Spec.Tolerations, awaited, true) {
+	if tolerates(pod, awaited) {
 		return barrier{}
 	}
 	return barrier{awaited: awaited}
+}
+
+// keepsOffNow is the scheduler's taint and cordon test: the taint that
+// keeps pod (or its replacement) off n now, the cordon in the form the
+// scheduler checks it (unschedulableTaint); nil when none does. It
+// allocates nothing: the elsewhere gate runs it per owner over every
+// down node. The result points into n or at unschedulableTaint: copy it
+// to keep it.
+func keepsOffNow(pod *corev1.Pod, n *corev1.Node) *corev1.Taint {
+	if n.Spec.Unschedulable && !tolerates(pod, &unschedulableTaint) {
+		return &unschedulableTaint
+	}
+	for i := range n.Spec.Taints {
+		t := &n.Spec.Taints[i]
+		if (t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute) && !tolerates(pod, t) {
+			return t
+		}
+	}
+	return nil
+}
+
+// tolerates is component-helpers' toleration test (the scheduler's).
+func tolerates(pod *corev1.Pod, t *corev1.Taint) bool {
+	return corev1helpers.TolerationsTolerateTaint(logr.Discard(), pod.Spec.Tolerations, t, true)
 }
 
 // NotReadyTaint is the NoSchedule taint kube-controller-manager puts on
@@ -111,10 +129,10 @@ func KeepsOff(n *corev1.Node, t *corev1.Taint) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(have corev1.Taint) bool { return have.MatchTaint(t) })
 }
 
-// landBackGate decides whether the delete (or scale bounce) candidate c
-// may go ahead as far as where its replacement can land: ok with the
+// sourceGate decides whether the delete (or scale bounce) candidate c
+// may go ahead as far as the node it is rescued from goes: ok with the
 // barrier recorded on the action, or a decision (NotYet or Held) set.
-func (p *planner) landBackGate(c *candidate) bool {
+func (p *planner) sourceGate(c *candidate) bool {
 	cp := &p.critical[c.pod]
 	node := p.idx.notReady[cp.Node]
 	if node == nil {
@@ -145,6 +163,111 @@ func (p *planner) landBackGate(c *candidate) bool {
 			cp.Node)
 	}
 	return true
+}
+
+// elsewhereGate is sourceGate for every other node that cannot run the
+// replacement, once a target is found (a pod with no target is NoTarget,
+// the plainer story). Nodes of one outage go NotReady, and get upstream's
+// NoSchedule taint, one after another (kube-controller-manager walks them
+// a monitor period apart, slower when it is loaded), and a node whose
+// kubelet just lost the API is Ready until its grace runs out. A delete
+// in that gap lets the scheduler bind the replacement to a node that
+// cannot run it, where it sits as the pod did (and, with evidence that
+// the node lives, is held there). So the candidate waits until every such
+// node bars the replacement, or can run it again. A node no taint can bar
+// (the pod tolerates them all) does not hold it: sourceGate's once per
+// incident covers that pod. Pods of one owner share their tolerations and
+// node affinity, so the answer is computed once per owner and pass.
+func (p *planner) elsewhereGate(c *candidate) bool {
+	cp := &p.critical[c.pod]
+	key, _ := ownerOf(c.obj)
+	if key == "" {
+		key = c.obj.UID
+	}
+	if p.openElsewhere == nil {
+		p.openElsewhere = map[types.UID]*openNode{}
+	}
+	open, seen := p.openElsewhere[key]
+	if !seen {
+		open = p.findOpenElsewhere(c.obj)
+		p.openElsewhere[key] = open
+	}
+	if open == nil {
+		return true
+	}
+	p.report(cp, DecisionNotYet, "waiting for node %s to be tainted %s, or to be able to run pods again: it cannot run the replacement (%s) and nothing keeps the replacement off it yet (the scheduler has no Ready filter: it may bind the replacement there, where it would sit as this pod does); re-planned when the node changes, and every %s; then: %s",
+		open.name, taintString(open.awaited), open.why, noTargetRecheck, c.act.Reason)
+	p.wake(p.now.Add(noTargetRecheck))
+	return false
+}
+
+// openNode is a node that cannot run a replacement of some pod but would
+// admit it: no taint or cordon bars it, and the pod's required node
+// affinity matches it.
+type openNode struct {
+	name, why string
+	// awaited is the taint that would bar it (barrier.awaited).
+	awaited *corev1.Taint
+}
+
+// findOpenElsewhere returns the first node (by name) that cannot run a
+// replacement of pod but admits it, by the scheduler's own taint, cordon
+// and node affinity tests; nil when none. Room is not checked: a full node
+// may free room before the scheduler binds.
+func (p *planner) findOpenElsewhere(pod *corev1.Pod) *openNode {
+	if p.downNodes == nil {
+		p.downNodes = p.listDownNodes()
+	}
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	for i := range p.downNodes {
+		d := &p.downNodes[i]
+		if keepsOffNow(pod, d.node) != nil || tolerates(pod, &d.awaited) {
+			continue
+		}
+		if ok, err := affinity.Match(d.node); err == nil && !ok {
+			continue
+		}
+		return &openNode{name: d.node.Name, why: d.why, awaited: &d.awaited}
+	}
+	return nil
+}
+
+// unschedulableTaint is the form the scheduler checks a cordon in.
+var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+
+// downNode is a node that can run no replacement (notTargetWhy).
+type downNode struct {
+	node *corev1.Node
+	why  string
+	// awaited is the taint that comes to bar replacements: upstream's
+	// for its Ready condition when NotReady; upstream's unreachable for a
+	// Ready node whose Lease is stale (it marks it Unknown once its grace
+	// runs out); rebound's own mark for one dead on both planes.
+	awaited corev1.Taint
+}
+
+// listDownNodes lists the snapshot's nodes that can run no replacement,
+// by name.
+func (p *planner) listDownNodes() []downNode {
+	out := []downNode{}
+	for _, n := range p.snap.Nodes {
+		if n == nil {
+			continue
+		}
+		why := notTargetWhy(n, p.snap, p.idx.notReady)
+		if why == "" {
+			continue
+		}
+		d := downNode{node: n, why: why, awaited: corev1.Taint{Key: unreachable.TaintKey, Effect: corev1.TaintEffectNoSchedule}}
+		if st := p.idx.notReady[n.Name]; st != nil {
+			d.awaited = NotReadyTaint(st.readyStatus)
+		} else if why == whyLeaseUnconfirmed {
+			d.awaited = NotReadyTaint(corev1.ConditionUnknown)
+		}
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b downNode) int { return strings.Compare(a.node.Name, b.node.Name) })
+	return out
 }
 
 // rescuedThisIncident says how the cluster records a rescue of pod's

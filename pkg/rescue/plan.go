@@ -304,6 +304,11 @@ type planner struct {
 	// siblings groups the examined pods by controller and node: the
 	// record of a rescue already done there (landback.go).
 	siblings map[sibKey][]*corev1.Pod
+	// openElsewhere caches elsewhereGate's answer per owner (nil: none).
+	openElsewhere map[types.UID]*openNode
+	// downNodes are the nodes that can run no replacement, listed on the
+	// first elsewhereGate of the pass.
+	downNodes []downNode
 }
 
 // PlanFor decides, from a snapshot, which critical pods are stranded and

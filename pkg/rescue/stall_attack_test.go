@@ -128,18 +128,33 @@ func TestStallAttack(t *testing.T) {
 			},
 			want: DecisionHeld,
 		},
-		// ACCEPTED. One kubelet with a longer nodeLeaseDurationSeconds (240
+		// Holds. One kubelet with a longer nodeLeaseDurationSeconds (240
 		// s: renews every 60 s) keeps "renewing" on rebound's clock for
 		// 62 s after the cut, longer than kube-controller-manager's 50 s
 		// node grace period: the Ready flags flip while its Lease still
 		// looks fresh, no stall is seen, and node-5 (as cut off as the
-		// rest) is a target. Such a kubelet renews less often than the
-		// node grace period allows, so upstream flaps it NotReady every
-		// minute anyway: a configuration to fix, not one to plan for.
+		// rest) is a target. But node-0 and node-4, Ready with stale
+		// Leases, are open to the scheduler: the delete waits for their
+		// taints, by which time the Ready flags tell the stall.
 		{
-			name: "stall's start: node-5's Lease renews every 60 s, still fresh when node-3 flips NotReady: deleted, replacement sent to node-5",
+			name: "stall's start: node-5's Lease renews every 60 s, still fresh when node-3 flips NotReady: node-0 and node-4 still Ready and untainted, not yet",
 			world: func() *world {
 				w := s15(at(time.Second), nodes("node-1", "node-2", "node-3"), renewals(cut, allSix...))
+				setLease(w, "node-5", cut, 62*time.Second)
+				return w
+			},
+			want: DecisionNotYet,
+		},
+		// ACCEPTED. The same once node-0 and node-4 flip too (tainted
+		// NoSchedule as kube-controller-manager does at the flip): node-5
+		// (as cut off as the rest) is a target and takes the replacement.
+		// Such a kubelet renews less often than the node grace period
+		// allows, so upstream flaps it NotReady every minute anyway: a
+		// configuration to fix, not one to plan for.
+		{
+			name: "stall's start: node-5's Lease renews every 60 s, every other node NotReady and tainted: deleted, replacement sent to node-5",
+			world: func() *world {
+				w := s15(at(time.Second), nodes("node-0", "node-1", "node-2", "node-3", "node-4"), renewals(cut, allSix...))
 				setLease(w, "node-5", cut, 62*time.Second)
 				return w
 			},

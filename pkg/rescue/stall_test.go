@@ -167,11 +167,24 @@ func TestStallEdges(t *testing.T) {
 			actions:   []string{"Delete kube-system/" + coredns},
 		},
 		{
-			name: "a Ready node whose Lease is stale is no target; a fresh one is",
+			name: "a Ready node whose Lease is stale is no target, and holds the delete while nothing keeps the replacement off it",
 			world: func() *world {
 				seen := renewals(lastRenewal, "node-0", "node-1", "node-2", "node-3", "node-4")
 				seen["node-5"] = at(60 * time.Second)
 				return s15(at(61*time.Second), nodes("node-1", "node-2", "node-3", "node-4"), seen)
+			},
+			decisions: map[string]Decision{coredns: DecisionNotYet},
+			reasons:   map[string]string{coredns: "waiting for node node-0 to be tainted node.kubernetes.io/unreachable:NoSchedule, or to be able to run pods again: it cannot run the replacement (Ready, but its Lease not seen renewing)"},
+			nextCheck: at(61*time.Second + noTargetRecheck),
+		},
+		{
+			name: "a Ready node whose Lease is stale, cordoned, is no target; a fresh one is",
+			world: func() *world {
+				seen := renewals(lastRenewal, "node-0", "node-1", "node-2", "node-3", "node-4")
+				seen["node-5"] = at(60 * time.Second)
+				w := s15(at(61*time.Second), nodes("node-1", "node-2", "node-3", "node-4"), seen)
+				w.s.Nodes[0].Spec.Unschedulable = true
+				return w
 			},
 			decisions: map[string]Decision{coredns: DecisionAct},
 			reasons:   map[string]string{coredns: "Ready node node-5 admits the replacement"},

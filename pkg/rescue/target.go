@@ -200,6 +200,25 @@ type podTerms struct {
 	err                  error
 }
 
+// notTargetWhy says why node n can take no replacement whatever its room
+// ("" when it can): NotReady, judged dead early, or Ready with its Lease
+// not seen renewing (its kubelet does not reach the API; the Ready flag
+// has not caught up).
+func notTargetWhy(n *corev1.Node, s *Snapshot, notReady map[string]*nodeState) string {
+	v := s.Verdicts[n.Name]
+	switch {
+	case notReady[n.Name] != nil:
+		return "NotReady"
+	case unreachable.DeadEarly(n, v):
+		return "dead on both planes"
+	case v.LeaseUnconfirmed():
+		return whyLeaseUnconfirmed
+	}
+	return ""
+}
+
+const whyLeaseUnconfirmed = "Ready, but its Lease not seen renewing"
+
 // addInFlight records a stranded pod whose deletion is under way and whose
 // owner is not fully available: its replacement takes room, seen or not.
 func (p *planner) addInFlight(pod *corev1.Pod) {
@@ -229,7 +248,7 @@ func (t *targetIndex) build(s *Snapshot, notReady map[string]*nodeState) {
 			continue
 		}
 		t.nodeLabels[n.Name] = n.Labels
-		if notReady[n.Name] == nil && !unreachable.DeadEarly(n, s.Verdicts[n.Name]) && !s.Verdicts[n.Name].LeaseUnconfirmed() {
+		if notTargetWhy(n, s, notReady) == "" {
 			t.ready = append(t.ready, n)
 			t.rooms[n.Name] = &room{node: n, used: corev1.ResourceList{}}
 		}
@@ -1059,7 +1078,7 @@ func (p *planner) placeReplacement(c *candidate) (slot int, ok bool) {
 		p.wake(p.now.Add(evidenceRecheck))
 		return 0, false
 	}
-	if !p.landBackGate(c) {
+	if !p.sourceGate(c) {
 		return 0, false
 	}
 	t := p.targetIndex()
@@ -1079,6 +1098,9 @@ func (p *planner) placeReplacement(c *candidate) (slot int, ok bool) {
 			summarizeRejections(rejected, p.downCounts()), noTargetRecheck)
 		// Pods leaving a Ready node free room without any node event.
 		p.wake(p.now.Add(noTargetRecheck))
+		return 0, false
+	}
+	if !p.elsewhereGate(c) {
 		return 0, false
 	}
 	reason := c.act.Reason + fmt.Sprintf("; Ready node %s admits the replacement", node)
