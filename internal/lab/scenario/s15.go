@@ -216,8 +216,10 @@ func readyPodSinceOffNode(ctx context.Context, c *sandbox.Cluster, w Workload, n
 	if err != nil {
 		return time.Time{}, err
 	}
+	var seen []string
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		seen = append(seen, fmt.Sprintf("%s on %q %s deleting=%v", p.Name, p.Spec.NodeName, p.Status.Phase, p.DeletionTimestamp != nil))
 		if p.Spec.NodeName == node || p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
 			continue
 		}
@@ -227,7 +229,9 @@ func readyPodSinceOffNode(ctx context.Context, c *sandbox.Cluster, w Workload, n
 			}
 		}
 	}
-	return time.Time{}, fmt.Errorf("%s has no Ready pod off %s", w, node)
+	// Where its pods are says what held the rescue (none deleted, or a
+	// replacement bound to a node that cannot run it).
+	return time.Time{}, fmt.Errorf("%s has no Ready pod off %s; its pods: %s", w, node, strings.Join(seen, ", "))
 }
 
 // peerRemovals records every member that leaves the published set.

@@ -226,13 +226,13 @@ func RunS16(ctx context.Context, c *sandbox.Cluster, tl *Timeline, opts S16Optio
 			}
 		}
 		var ready time.Time
+		var last error
 		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Until(res.DiedAt.Add(opts.RescueTimeout)), true, func(ctx context.Context) (bool, error) {
-			var err error
-			ready, err = readyPodSinceOffNode(ctx, c, *dead, opts.Dies)
-			return err == nil, nil
+			ready, last = readyPodSinceOffNode(ctx, c, *dead, opts.Dies)
+			return last == nil, nil
 		})
 		if err != nil {
-			return res, fmt.Errorf("S16: %s, whose node died, not Ready elsewhere within %s of the death: %w", dead, opts.RescueTimeout, err)
+			return res, fmt.Errorf("S16: %s, whose node died, not Ready elsewhere within %s of the death: %w (last read: %v)", dead, opts.RescueTimeout, err, last)
 		}
 		res.DeadRescued = ready.Sub(res.DiedAt)
 		tl.Step("%s Ready elsewhere %s after %s's death (API)", dead, res.DeadRescued, opts.Dies)
