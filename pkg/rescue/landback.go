@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -177,7 +178,8 @@ func (p *planner) sourceGate(c *candidate) bool {
 // node bars the replacement, or can run it again. A node no taint can bar
 // (the pod tolerates them all) does not hold it: sourceGate's once per
 // incident covers that pod. Pods of one owner share their tolerations and
-// node affinity, so the answer is computed once per owner and pass.
+// node affinity, so the answer is computed once per owner and pass, and
+// reused only for a pod whose terms match (sameSchedulingTerms).
 func (p *planner) elsewhereGate(c *candidate) bool {
 	cp := &p.critical[c.pod]
 	key, _ := ownerOf(c.obj)
@@ -185,12 +187,18 @@ func (p *planner) elsewhereGate(c *candidate) bool {
 		key = c.obj.UID
 	}
 	if p.openElsewhere == nil {
-		p.openElsewhere = map[types.UID]*openNode{}
+		p.openElsewhere = map[types.UID]openAnswer{}
 	}
-	open, seen := p.openElsewhere[key]
-	if !seen {
+	var open *openNode
+	if a, seen := p.openElsewhere[key]; seen && sameSchedulingTerms(a.pod, c.obj) {
+		open = a.open
+	} else {
+		// A pod of the owner with other tolerations or node affinity (an
+		// adopted orphan, a webhook's per-pod change) gets its own answer.
 		open = p.findOpenElsewhere(c.obj)
-		p.openElsewhere[key] = open
+		if !seen {
+			p.openElsewhere[key] = openAnswer{pod: c.obj, open: open}
+		}
 	}
 	if open == nil {
 		return true
@@ -199,6 +207,31 @@ func (p *planner) elsewhereGate(c *candidate) bool {
 		open.name, taintString(open.awaited), open.why, noTargetRecheck, c.act.Reason)
 	p.wake(p.now.Add(noTargetRecheck))
 	return false
+}
+
+// openAnswer is elsewhereGate's answer for an owner, and the pod it was
+// computed for.
+type openAnswer struct {
+	pod  *corev1.Pod
+	open *openNode
+}
+
+// sameSchedulingTerms reports whether pods a and b meet findOpenElsewhere's
+// tests alike: the same tolerations, nodeSelector and node affinity.
+func sameSchedulingTerms(a, b *corev1.Pod) bool {
+	if a == b {
+		return true
+	}
+	var na, nb *corev1.NodeAffinity
+	if a.Spec.Affinity != nil {
+		na = a.Spec.Affinity.NodeAffinity
+	}
+	if b.Spec.Affinity != nil {
+		nb = b.Spec.Affinity.NodeAffinity
+	}
+	return apiequality.Semantic.DeepEqual(a.Spec.Tolerations, b.Spec.Tolerations) &&
+		apiequality.Semantic.DeepEqual(a.Spec.NodeSelector, b.Spec.NodeSelector) &&
+		apiequality.Semantic.DeepEqual(na, nb)
 }
 
 // openNode is a node that cannot run a replacement of some pod but would

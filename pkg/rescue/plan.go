@@ -304,8 +304,9 @@ type planner struct {
 	// siblings groups the examined pods by controller and node: the
 	// record of a rescue already done there (landback.go).
 	siblings map[sibKey][]*corev1.Pod
-	// openElsewhere caches elsewhereGate's answer per owner (nil: none).
-	openElsewhere map[types.UID]*openNode
+	// openElsewhere caches elsewhereGate's answer per owner (open nil:
+	// none), with the pod it was computed for.
+	openElsewhere map[types.UID]openAnswer
 	// downNodes are the nodes that can run no replacement, listed on the
 	// first elsewhereGate of the pass.
 	downNodes []downNode
