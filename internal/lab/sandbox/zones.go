@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -147,7 +148,7 @@ func (c *Cluster) createNodes(ctx context.Context, opts Options) error {
 		}
 		ready := map[string]bool{}
 		for i := range list.Items {
-			ready[list.Items[i].Name] = kubestatus.NodeReady(&list.Items[i])
+			ready[list.Items[i].Name] = kubestatus.NodeReady(&list.Items[i]) && !conditionTainted(&list.Items[i])
 		}
 		notReady = notReady[:0]
 		for _, n := range c.NodeNames {
@@ -161,9 +162,22 @@ func (c *Cluster) createNodes(ctx context.Context, opts Options) error {
 		if len(notReady) > 5 {
 			notReady = append(notReady[:5], fmt.Sprintf("and %d more", len(notReady)-5))
 		}
-		return fmt.Errorf("sandbox: nodes %v not Ready within %s: %w (see %s)", notReady, timeout, err, c.LogPath(Kwok))
+		return fmt.Errorf("sandbox: nodes %v not Ready (and free of the not-ready and unreachable taints) within %s: %w (see %s)", notReady, timeout, err, c.LogPath(Kwok))
 	}
 	return nil
+}
+
+// conditionTainted reports whether n still carries a taint that kube-
+// controller-manager (or, on a new node, the apiserver's admission) puts
+// on a node for its Ready condition: node.kubernetes.io/not-ready or
+// unreachable. A node the API has Ready keeps it until the node lifecycle
+// controller takes it off, a moment later on a loaded machine, and a
+// scenario that places a pod on the node at once would see the scheduler
+// put it elsewhere.
+func conditionTainted(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable
+	})
 }
 
 // bulkClient is an admin client without client-side rate limiting, for

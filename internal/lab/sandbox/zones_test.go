@@ -6,6 +6,8 @@ import (
 	"maps"
 	"sync/atomic"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestNodeZones(t *testing.T) {
@@ -80,5 +82,28 @@ func TestParallelRunsEveryIndexOnceAndStopsOnError(t *testing.T) {
 	})
 	if !errors.Is(err, boom) || ran.Load() == 1000 {
 		t.Errorf("err %v after %d runs, want boom and an early stop", err, ran.Load())
+	}
+}
+
+// TestConditionTainted: a node counts as started only once the taints for
+// its Ready condition are off (the apiserver puts not-ready on a new node;
+// kube-controller-manager takes it off a moment after Ready), and no
+// other taint holds it back.
+func TestConditionTainted(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		taints []corev1.Taint
+		want   bool
+	}{
+		{"none", nil, false},
+		{"not-ready NoSchedule from admission", []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}, true},
+		{"unreachable NoExecute", []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}, true},
+		{"the control-plane taint", []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := conditionTainted(&corev1.Node{Spec: corev1.NodeSpec{Taints: tc.taints}}); got != tc.want {
+				t.Errorf("conditionTainted = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
