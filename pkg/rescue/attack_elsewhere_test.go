@@ -98,17 +98,7 @@ func TestAttackElsewhereHolds(t *testing.T) {
 	staleLease4 := func(w *world) {
 		// node-4 Ready again, its Lease stale on rebound's clock.
 		w.s.Nodes[4].Status.Conditions[0].Status = corev1.ConditionTrue
-		w.s.Verdicts = map[string]liveness.NodeVerdict{}
-		for i, n := range w.s.Nodes {
-			v := liveness.NodeVerdict{Verdict: liveness.Alive, LeaseRenewSeen: at(0), LeaseStaleAt: at(2 * time.Second)}
-			if i == 4 {
-				v.LeaseRenewSeen, v.LeaseStaleAt, v.LeaseStale = t0.Add(-10*time.Second), t0.Add(-6*time.Second), true
-			}
-			if i == 3 {
-				v = liveness.NodeVerdict{Verdict: liveness.Unknown, Since: t0, LeaseStale: true, LeaseRenewSeen: t0.Add(-10 * time.Second), LeaseStaleAt: t0.Add(-6 * time.Second)}
-			}
-			w.s.Verdicts[n.Name] = v
-		}
+		node4LeaseStale(w)
 	}
 	tests := []planCase{
 		{

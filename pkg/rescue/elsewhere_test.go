@@ -33,19 +33,6 @@ func TestNoReplacementOntoAnotherDownNode(t *testing.T) {
 		w.s.Nodes[4].Status.Conditions[0].Status = corev1.ConditionUnknown
 		w.s.Nodes[4].Status.Conditions[0].LastTransitionTime = w.s.Nodes[3].Status.Conditions[0].LastTransitionTime
 	}
-	leaseStale := func(w *world) {
-		w.s.Verdicts = map[string]liveness.NodeVerdict{}
-		for i, n := range w.s.Nodes {
-			v := liveness.NodeVerdict{Verdict: liveness.Alive, LeaseRenewSeen: at(0), LeaseStaleAt: at(2 * time.Second)}
-			if i == 4 {
-				v.LeaseRenewSeen, v.LeaseStaleAt, v.LeaseStale = t0.Add(-10*time.Second), t0.Add(-6*time.Second), true
-			}
-			if i == 3 {
-				v = liveness.NodeVerdict{Verdict: liveness.Unknown, Since: t0, LeaseStale: true, LeaseRenewSeen: t0.Add(-10 * time.Second), LeaseStaleAt: t0.Add(-6 * time.Second)}
-			}
-			w.s.Verdicts[n.Name] = v
-		}
-	}
 	tests := []planCase{
 		{
 			name:      "node-4 NotReady a moment after node-3, its NoSchedule taint not there yet: not yet",
@@ -56,7 +43,7 @@ func TestNoReplacementOntoAnotherDownNode(t *testing.T) {
 		},
 		{
 			name:      "node-4 Ready, its Lease stale on rebound's clock (its grace not out yet): not yet",
-			world:     mk(leaseStale),
+			world:     mk(node4LeaseStale),
 			decisions: map[string]Decision{coredns: DecisionNotYet},
 			reasons:   map[string]string{coredns: "waiting for node node-4 to be tainted node.kubernetes.io/unreachable:NoSchedule, or to be able to run pods again: it cannot run the replacement (Ready, but its Lease not seen renewing)"},
 			nextCheck: at(time.Second + noTargetRecheck),
@@ -120,4 +107,20 @@ func TestNoReplacementOntoAnotherDownNode(t *testing.T) {
 		},
 	}
 	runPlanCases(t, tests)
+}
+
+// node4LeaseStale gives s3Zero's nodes Lease verdicts: node-3's (NotReady)
+// and node-4's stale since before t0, every other renewing.
+func node4LeaseStale(w *world) {
+	w.s.Verdicts = map[string]liveness.NodeVerdict{}
+	for i, n := range w.s.Nodes {
+		v := liveness.NodeVerdict{Verdict: liveness.Alive, LeaseRenewSeen: at(0), LeaseStaleAt: at(2 * time.Second)}
+		if i == 4 {
+			v.LeaseRenewSeen, v.LeaseStaleAt, v.LeaseStale = t0.Add(-10*time.Second), t0.Add(-6*time.Second), true
+		}
+		if i == 3 {
+			v = liveness.NodeVerdict{Verdict: liveness.Unknown, Since: t0, LeaseStale: true, LeaseRenewSeen: t0.Add(-10 * time.Second), LeaseStaleAt: t0.Add(-6 * time.Second)}
+		}
+		w.s.Verdicts[n.Name] = v
+	}
 }
