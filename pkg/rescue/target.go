@@ -8,13 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fw "k8s.io/kube-scheduler/framework"
 
@@ -559,17 +557,12 @@ func (c *check) counted(s *slot) bool {
 // that refuses it, in words that group well ("cordoned", "insufficient
 // cpu"); a refusal that reservations cause names them.
 func (c *check) admits(r *room) string {
-	log := logr.Discard()
-	n, pod := r.node, c.pod
-	if n.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(log, pod.Spec.Tolerations,
-		&corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, true) {
+	n := r.node
+	switch t := keepsOffNow(c.pod, n); {
+	case t == &unschedulableTaint:
 		return "cordoned (spec.unschedulable)"
-	}
-	if taint, untolerated := corev1helpers.FindMatchingUntoleratedTaint(log, n.Spec.Taints, pod.Spec.Tolerations,
-		func(t *corev1.Taint) bool {
-			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-		}, true); untolerated {
-		return fmt.Sprintf("taint %s not tolerated", taintString(&taint))
+	case t != nil:
+		return fmt.Sprintf("taint %s not tolerated", taintString(t))
 	}
 	if ok, err := c.affinity.Match(n); err != nil || !ok {
 		return "nodeSelector/required node affinity not matched"
